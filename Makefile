@@ -1,0 +1,32 @@
+# Two commands on a fresh machine (see README):
+#   make lab    set up .venv (once) and open the workbench in JupyterLab
+#   make test   set up .venv (once) and run every test (unit + notebooks + browser)
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup lab test test-unit test-notebooks test-browser report clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=24"
+	$(PY) -m pip install --quiet -e ".[lab,test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks/00_overview.ipynb
+
+report: setup
+	$(PY) -m funcbwd report --out report.html
+
+test: setup
+	$(PY) -m pytest -q tests
+
+test-unit: setup
+	$(PY) -m pytest -q tests -m "not notebooks and not browser"
+
+clean:
+	rm -rf $(VENV) test-output

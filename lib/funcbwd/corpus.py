@@ -1,0 +1,1 @@
+"""The extended legacy-formula corpus beyond the 8 test ops (registered on import)."""

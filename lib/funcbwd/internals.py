@@ -1,0 +1,232 @@
+"""The one place funcbwd touches private torch internals.
+
+Everything under ``torch._C._functorch`` and the functionalization wrappers is reached through
+this module, so a torch upgrade touches one file. Functions are thin and named for what they
+mean to funcbwd, not for the private symbol they call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Iterator
+
+import torch
+
+_F = torch._C._functorch
+_DK = torch._C.DispatchKey
+TransformType = _F.TransformType
+
+
+# ---------------------------------------------------------------------------- interpreter stack
+def interpreter_stack() -> list[tuple[str, int]]:
+    """The functorch interpreter stack, bottom (outermost transform) first: [("Vmap", 1), ...]."""
+    return [(i.key().name, i.level()) for i in (_F.get_interpreter_stack() or [])]
+
+
+def stack_depth() -> int:
+    return _F.get_dynamic_layer_stack_depth()
+
+
+def vmap_active() -> bool:
+    """True when a vmap level is anywhere on the functorch stack."""
+    return any(i.key() == TransformType.Vmap for i in (_F.get_interpreter_stack() or []))
+
+
+def format_stack(stack: list[tuple[str, int]] | None = None) -> str:
+    stack = interpreter_stack() if stack is None else stack
+    return " > ".join(f"{k}({lvl})" for k, lvl in stack) or "(empty)"
+
+
+def restore_stack_depth(depth: int) -> None:
+    """Pop functorch levels above ``depth`` (used only by cleanup paths)."""
+    if stack_depth() > depth:
+        _F.pop_dynamic_layer_stack_and_undo_to_depth(depth)
+
+
+# ---------------------------------------------------------------------------- dispatch TLS
+@dataclasses.dataclass(frozen=True)
+class DispatchState:
+    """Everything funcbwd promises to leave as it found it."""
+
+    depth: int
+    include: str
+    exclude: str
+    functionalize_included: bool
+    grad_enabled: bool
+    fallback_enabled: bool
+
+    def describe_difference(self, other: "DispatchState") -> str:
+        diffs = [
+            f"{f.name}: {getattr(self, f.name)!r} -> {getattr(other, f.name)!r}"
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(other, f.name)
+        ]
+        return "; ".join(diffs) or "no difference"
+
+
+def dispatch_state() -> DispatchState:
+    return DispatchState(
+        depth=stack_depth(),
+        include=str(torch._C._dispatch_tls_local_include_set()),
+        exclude=str(torch._C._dispatch_tls_local_exclude_set()),
+        functionalize_included=functionalize_included(),
+        grad_enabled=torch.is_grad_enabled(),
+        fallback_enabled=vmap_fallback_enabled(),
+    )
+
+
+def tls_include_set() -> str:
+    return str(torch._C._dispatch_tls_local_include_set())
+
+
+def tls_exclude_set() -> str:
+    return str(torch._C._dispatch_tls_local_exclude_set())
+
+
+def functionalize_included() -> bool:
+    # torch._C._is_functionalization_enabled does not exist on 2.13; ask the TLS directly.
+    return torch._C._dispatch_tls_is_dispatch_key_included(_DK.Functionalize)
+
+
+# ---------------------------------------------------------------------------- functionalization levels
+def push_functionalize(reapply_views: bool = True) -> int:
+    """Push a Functionalize interpreter (what torch.func.functionalize does on entry); returns its level."""
+    return _F._func_increment_nesting(reapply_views)
+
+
+def pop_functionalize() -> None:
+    _F._func_decrement_nesting()
+
+
+def top_is_functionalize(level: int | None = None) -> bool:
+    stack = _F.get_interpreter_stack() or []
+    if not stack:
+        return False
+    top = stack[-1]
+    return top.key() == TransformType.Functionalize and (level is None or top.level() == level)
+
+
+def wrap_functional(t: torch.Tensor, level: int) -> torch.Tensor:
+    return _F._wrap_functional_tensor(t, level)
+
+
+def unwrap_functional(t: torch.Tensor) -> torch.Tensor:
+    """Sync pending mutations and return the tensor under a functional wrapper."""
+    torch._sync(t)
+    return _F._unwrap_functional_tensor(t, True)
+
+
+def is_functional(t: torch.Tensor) -> bool:
+    return torch._is_functional_tensor(t) or _F.is_functionaltensor(t)
+
+
+# ---------------------------------------------------------------------------- tensor wrapper chains
+def wrapper_chain(t: torch.Tensor) -> list[str]:
+    """Describe a tensor's functorch wrappers outermost first, e.g.
+    ['Functional(2)', 'Batched(level 1, bdim 0)', 'Dense(3, 5)']."""
+    chain: list[str] = []
+    cur = t
+    for _ in range(16):
+        if _F.is_functionaltensor(cur):
+            chain.append(f"Functional({_F.maybe_get_level(cur)})")
+        elif _F.is_batchedtensor(cur):
+            chain.append(f"Batched(level {_F.maybe_get_level(cur)}, bdim {_F.maybe_get_bdim(cur)})")
+        elif _F.is_gradtrackingtensor(cur):
+            chain.append(f"GradTracking({_F.maybe_get_level(cur)})")
+        else:
+            chain.append(f"Dense({', '.join(str(s) for s in cur.shape)})")
+            break
+        cur = _F.get_unwrapped(cur)
+    return chain
+
+
+def key_set(t: torch.Tensor) -> str:
+    return str(torch._C._dispatch_keys(t))
+
+
+def is_batched(t: torch.Tensor) -> bool:
+    """True if any wrapper in the chain is a BatchedTensor."""
+    cur = t
+    for _ in range(16):
+        if _F.is_batchedtensor(cur):
+            return True
+        if not (_F.is_functionaltensor(cur) or _F.is_gradtrackingtensor(cur)):
+            return False
+        cur = _F.get_unwrapped(cur)
+    return False
+
+
+# ---------------------------------------------------------------------------- vmap's slow fallback
+def vmap_fallback_enabled() -> bool:
+    return _F._is_vmap_fallback_enabled()
+
+
+@contextlib.contextmanager
+def vmap_fallback_disabled() -> Iterator[None]:
+    """Make any op without a batching rule raise instead of looping (PyTorch's has_batch_rule test)."""
+    prev = _F._is_vmap_fallback_enabled()
+    _F._set_vmap_fallback_enabled(False)
+    try:
+        yield
+    finally:
+        _F._set_vmap_fallback_enabled(prev)
+
+
+def batching_kind(op_name: str) -> str:
+    """How vmap handles ``aten::op``: 'batching rule', 'decomposition', or 'fallback'.
+
+    Read from the op's dispatch table (its ``FuncTorchBatched`` entry)."""
+    qualified = op_name if "::" in op_name else f"aten::{op_name}"
+    try:
+        table = torch._C._dispatch_dump_table(qualified)
+    except RuntimeError:
+        return "unknown op"
+    line = next((ln for ln in table.splitlines() if ln.startswith("FuncTorchBatched:")), "")
+    if not line:
+        return "unknown"
+    if "fallthrough" in line:
+        return "fallthrough"
+    if "[backend fallback]" in line:
+        return "fallback"
+    if "BatchRulesDecompositions" in line or "math kernel" in line or "CompositeImplicit" in line:
+        return "decomposition"
+    return "batching rule"
+
+
+@contextlib.contextmanager
+def cleared_functorch_state() -> Iterator[None]:
+    """Run a block as if no transform were active (used to trace formulas from inside a backward).
+
+    Pops the whole interpreter stack and resets the dispatch TLS to defaults, restoring both in a
+    ``finally``."""
+    from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack
+
+    with temporarily_clear_interpreter_stack():
+        with torch._C._ForceDispatchKeyGuard(
+            torch._C.DispatchKeySet(_DK.BackendSelect) | torch._C.DispatchKeySet(_DK.ADInplaceOrView),
+            torch._C._dispatch_tls_local_exclude_set().remove(_DK.FuncTorchDynamicLayerFrontMode)
+            .remove(_DK.FuncTorchDynamicLayerBackMode),
+        ):
+            yield
+
+
+def dispatch_state_guard_args() -> tuple:
+    """The call site's dispatch TLS (include, exclude), to restore it elsewhere with
+    :func:`forced_dispatch_state`."""
+    return (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
+
+
+@contextlib.contextmanager
+def forced_dispatch_state(include, exclude) -> Iterator[None]:
+    with torch._C._ForceDispatchKeyGuard(include, exclude):
+        yield
+
+
+@contextlib.contextmanager
+def popped_interpreter() -> Iterator[None]:
+    """Temporarily pop the top interpreter (a vmap rule running its own transform underneath)."""
+    from torch._functorch.pyfunctorch import temporarily_pop_interpreter_stack
+
+    with temporarily_pop_interpreter_stack():
+        yield

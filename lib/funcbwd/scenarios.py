@@ -1,0 +1,352 @@
+"""Transform scenarios: each builds one torch.func composition for an op sample under a strategy
+and the matching per-sample Python loop (plain autograd, no transforms) to compare it with.
+
+A scenario function returns ``(actual, expected)`` as flat tuples of tensors. The loop always
+clones each cotangent slice (some backwards read absolute storage offsets of views).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.func import jacfwd, vmap
+
+from .catalog import OpSpec, Sample
+from .errors import NotApplicableError
+from .strategies import Strategy
+
+BATCH = 3
+MAX_IN_DIMS_CHOICES = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    run: Callable[["Case"], tuple[tuple, tuple]]
+
+
+@dataclasses.dataclass
+class Case:
+    op: OpSpec
+    sample: Sample
+    strategy: Strategy
+    batch: int = BATCH
+    seed: int = 0
+    #: set by vmap_all_args: the in_dims choice that failed or mismatched first
+    detail: str = ""
+
+
+# ------------------------------------------------------------------------------ building blocks
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _randn(shape: Sequence[int], seed: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.randn(tuple(shape), generator=_gen(seed), dtype=dtype)
+
+
+def bind(op: OpSpec, strategy: Strategy, args: Sequence[Any], diff: Sequence[int]) -> Callable:
+    """f(*diff_tensors) -> tuple of the op's differentiable outputs, other args fixed."""
+    fn = strategy.function(op)
+
+    def f(*d: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        full = list(args)
+        for p, v in zip(diff, d):
+            full[p] = v
+        return op.diff_out(fn(*full))
+
+    return f
+
+
+def _zeros_for_none(grads: Sequence[torch.Tensor | None], like: Sequence[torch.Tensor]) -> tuple:
+    return tuple(torch.zeros_like(l) if g is None else g for g, l in zip(grads, like))
+
+
+def loop_vjp(op: OpSpec, ref: Strategy, args: Sequence[Any], diff: Sequence[int],
+             cts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """One unbatched vjp with plain autograd (the loop body)."""
+    with ref.active(), torch.enable_grad():
+        prim = [args[p].detach().clone().requires_grad_() for p in diff]
+        outs = bind(op, ref, args, diff)(*prim)
+        grads = torch.autograd.grad(outs, prim, [c.clone() for c in cts], allow_unused=True)
+    return _zeros_for_none(grads, prim)
+
+
+def stack_loop(results: list[tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.stack(parts) for parts in zip(*results))
+
+
+def output_shapes(op: OpSpec, sample: Sample) -> list[torch.Size]:
+    with torch.no_grad():
+        return [o.shape for o in op.diff_out(op.torch_op(*sample.args))]
+
+
+def per_sample_value(a: torch.Tensor, b: int) -> torch.Tensor:
+    """Batch entry ``b`` of a batched arg: float args are scaled (keeps zeros, ties and order),
+    integer and bool args are repeated (indices and masks stay valid)."""
+    if a.is_floating_point():
+        return a * (1.0 + b / 4.0)
+    return a.clone()
+
+
+def batch_arg(a: torch.Tensor, batch: int, in_dim: int | None) -> torch.Tensor:
+    if in_dim is None:
+        return a
+    stacked = torch.stack([per_sample_value(a, b) for b in range(batch)])
+    return stacked if in_dim == 0 else stacked.movedim(0, -1).contiguous()
+
+
+def slice_arg(a: torch.Tensor, b: int, in_dim: int | None) -> torch.Tensor:
+    return a if in_dim is None else a.select(in_dim, b).clone()
+
+
+def in_dims_choices(n: int, cap: int = MAX_IN_DIMS_CHOICES) -> list[tuple[int | None, ...]]:
+    """PyTorch's test_vmapvjp choices: all 0, then every (-1, None) combination except all-None."""
+    choices: list[tuple[int | None, ...]] = [(0,) * n]
+    for combo in itertools.product((-1, None), repeat=n):
+        if any(c is not None for c in combo):
+            choices.append(combo)
+    return choices[:cap]
+
+
+# ------------------------------------------------------------------------------ the scenarios
+def vmap_cotangents(case: Case) -> tuple[tuple, tuple]:
+    op, s, st = case.op, case.sample, case.strategy
+    primals = [s.args[p] for p in s.diff]
+    shapes = output_shapes(op, s)
+    cts = tuple(_randn((case.batch, *sh), case.seed + 100 + i, s.args[s.diff[0]].dtype)
+                for i, sh in enumerate(shapes))
+    with st.active():
+        _, vjp_fn = st.vjp(bind(op, st, s.args, s.diff), *primals)
+        actual = vmap(lambda *c: vjp_fn(c))(*cts)
+    expected = stack_loop([loop_vjp(op, st.reference(), s.args, s.diff, [c[b] for c in cts])
+                           for b in range(case.batch)])
+    return tuple(actual), expected
+
+
+def vmap_all_args(case: Case) -> tuple[tuple, tuple]:
+    """All tensor args (primals, index/mask/min/max) and cotangents batched, for each in_dims choice
+    as PyTorch's test_vmapvjp does; the first choice that fails or mismatches is reported."""
+    op, s, st = case.op, case.sample, case.strategy
+    tpos = s.tensor_positions()
+    shapes = output_shapes(op, s)
+    dtype = s.args[s.diff[0]].dtype
+    base_cts = [_randn(sh, case.seed + 200 + i, dtype) for i, sh in enumerate(shapes)]
+    n = len(tpos) + len(base_cts)
+    actual_all: list[torch.Tensor] = []
+    expected_all: list[torch.Tensor] = []
+
+    for in_dims in in_dims_choices(n):
+        case.detail = f"in_dims={in_dims}"
+        unbatched = [s.args[p] for p in tpos] + base_cts
+        batched = [batch_arg(a, case.batch, d) for a, d in zip(unbatched, in_dims)]
+
+        def h(*xs: torch.Tensor) -> tuple:
+            full = list(s.args)
+            for p, v in zip(tpos, xs[:len(tpos)]):
+                full[p] = v
+            _, vjp_fn = st.vjp(bind(op, st, full, s.diff), *[full[p] for p in s.diff])
+            return vjp_fn(tuple(xs[len(tpos):]))
+
+        with st.active():
+            actual = vmap(h, in_dims=in_dims)(*batched)
+        loop = []
+        for b in range(case.batch):
+            xs = [slice_arg(a, b, d) for a, d in zip(batched, in_dims)]
+            full = list(s.args)
+            for p, v in zip(tpos, xs[:len(tpos)]):
+                full[p] = v
+            loop.append(loop_vjp(op, st.reference(), full, s.diff, xs[len(tpos):]))
+        expected = stack_loop(loop)
+        _check_close(actual, expected, case)  # report the first bad in_dims choice
+        actual_all.extend(actual)
+        expected_all.extend(expected)
+    case.detail = f"{len(in_dims_choices(n))} in_dims choices"
+    return tuple(actual_all), tuple(expected_all)
+
+
+def vjp_of_vjp(case: Case) -> tuple[tuple, tuple]:
+    """vmap over the outer cotangent of vjp(g), where g(primals, ct) = vjp(f, primals)(ct)."""
+    op, s, st = case.op, case.sample, case.strategy
+    primals = [s.args[p] for p in s.diff]
+    k = len(primals)
+    shapes = output_shapes(op, s)
+    dtype = primals[0].dtype
+    cts1 = [_randn(sh, case.seed + 300 + i, dtype) for i, sh in enumerate(shapes)]
+
+    def g1(*xs: torch.Tensor) -> tuple:
+        _, vjp_fn = st.vjp(bind(op, st, s.args, s.diff), *xs[:k])
+        return vjp_fn(tuple(xs[k:]))
+
+    with st.active():
+        inner, vjp2 = st.vjp(g1, *primals, *cts1)
+        cts2 = tuple(_randn((case.batch, *i.shape), case.seed + 400 + j, dtype)
+                     for j, i in enumerate(inner))
+        actual = vmap(lambda *c: vjp2(c))(*cts2)
+
+    ref = st.reference()
+    with ref.active(), torch.enable_grad():
+        prim = [p.detach().clone().requires_grad_() for p in primals]
+        c1 = [c.detach().clone().requires_grad_() for c in cts1]
+        outs = bind(op, ref, s.args, s.diff)(*prim)
+        g = torch.autograd.grad(outs, prim, c1, create_graph=True, allow_unused=True)
+        g = [x for x in g]
+        loop = []
+        for b in range(case.batch):
+            pairs = [(gi, c[b].clone()) for gi, c in zip(g, cts2) if gi is not None and gi.requires_grad]
+            if pairs:
+                r = torch.autograd.grad([p[0] for p in pairs], prim + c1, [p[1] for p in pairs],
+                                        retain_graph=True, allow_unused=True)
+            else:
+                r = [None] * (len(prim) + len(c1))
+            loop.append(_zeros_for_none(r, prim + c1))
+    return tuple(actual), stack_loop(loop)
+
+
+def grad_inside_vmap(case: Case) -> tuple[tuple, tuple]:
+    """vmap over primals and cotangents of ``grad`` (a grad transform above the vmap level);
+    non-differentiable args (index, mask) unbatched."""
+    op, s, st = case.op, case.sample, case.strategy
+    k = len(s.diff)
+    primals = [batch_arg(s.args[p], case.batch, 0) for p in s.diff]
+    shapes = output_shapes(op, s)
+    dtype = primals[0].dtype
+    cts = [_randn((case.batch, *sh), case.seed + 500 + i, dtype) for i, sh in enumerate(shapes)]
+
+    def h(*xs: torch.Tensor) -> tuple:
+        f = bind(op, st, s.args, s.diff)
+
+        def loss(*p: torch.Tensor) -> torch.Tensor:
+            return sum((o * c).sum() for o, c in zip(f(*p), xs[k:]))
+
+        return st.grad(loss, argnums=tuple(range(k)))(*xs[:k])
+
+    with st.active():
+        actual = vmap(h)(*primals, *cts)
+    loop = []
+    for b in range(case.batch):
+        full = list(s.args)
+        for p, v in zip(s.diff, primals):
+            full[p] = v[b]
+        loop.append(loop_vjp(op, st.reference(), full, s.diff, [c[b] for c in cts]))
+    return tuple(actual), stack_loop(loop)
+
+
+def _single(op: OpSpec, st: Strategy, s: Sample, x_pos: int) -> Callable:
+    """h(x) -> first differentiable output, every other arg fixed (for the jacobian scenarios)."""
+    fn = bind(op, st, s.args, [x_pos])
+    return lambda x: fn(x)[0]
+
+
+def loop_jacobian(h: Callable, x: torch.Tensor, create_graph: bool = False) -> torch.Tensor:
+    out = h(x)
+    rows = []
+    flat = out.reshape(-1)
+    for i in range(flat.numel()):
+        if flat.requires_grad:
+            (g,) = torch.autograd.grad(flat[i], x, retain_graph=True, create_graph=create_graph,
+                                       allow_unused=True)
+        else:
+            g = None
+        rows.append(torch.zeros_like(x) if g is None else g)
+    return torch.stack(rows).reshape(*out.shape, *x.shape) if rows else out.new_zeros(*out.shape, *x.shape)
+
+
+def _loop_jac_ref(case: Case, x: torch.Tensor, order: int) -> torch.Tensor:
+    ref = case.strategy.reference()
+    with ref.active(), torch.enable_grad():
+        xr = x.detach().clone().requires_grad_()
+        h = _single(case.op, ref, case.sample, case.sample.diff[0])
+        if order == 1:
+            return loop_jacobian(h, xr)
+        return loop_jacobian(lambda y: loop_jacobian(h, y, create_graph=True), xr)
+
+
+def jacrev(case: Case) -> tuple[tuple, tuple]:
+    s, st = case.sample, case.strategy
+    x = s.args[s.diff[0]]
+    with st.active():
+        actual = st.jacrev(_single(case.op, st, s, s.diff[0]))(x)
+    return (actual,), (_loop_jac_ref(case, x, 1),)
+
+
+def jacrev_jacrev(case: Case) -> tuple[tuple, tuple]:
+    s, st = case.sample, case.strategy
+    x = s.args[s.diff[0]]
+    with st.active():
+        actual = st.jacrev(st.jacrev(_single(case.op, st, s, s.diff[0])))(x)
+    return (actual,), (_loop_jac_ref(case, x, 2),)
+
+
+def jacfwd_jacrev(case: Case) -> tuple[tuple, tuple]:
+    s, st = case.sample, case.strategy
+    if st.name != "builtin" and case.op.jvp is None:
+        raise NotApplicableError(f"legacy {case.op.name} has no jvp rule (jacfwd needs one)")
+    x = s.args[s.diff[0]]
+    with st.active():
+        actual = jacfwd(st.jacrev(_single(case.op, st, s, s.diff[0])))(x)
+    return (actual,), (_loop_jac_ref(case, x, 2),)
+
+
+def vmap_jacrev(case: Case) -> tuple[tuple, tuple]:
+    s, st = case.sample, case.strategy
+    x = s.args[s.diff[0]]
+    xb = batch_arg(x, case.batch, 0)
+    with st.active():
+        actual = vmap(st.jacrev(_single(case.op, st, s, s.diff[0])))(xb)
+    expected = torch.stack([_loop_jac_ref(case, xb[b], 1) for b in range(case.batch)])
+    return (actual,), (expected,)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    sc.name: sc
+    for sc in [
+        Scenario("vmap_cotangents", "vmap(vjp_fn) over a batch of cotangents", vmap_cotangents),
+        Scenario("vmap_all_args", "vmap over primals, index/mask/min/max and cotangents, each "
+                 "in_dims choice of PyTorch's test_vmapvjp", vmap_all_args),
+        Scenario("vjp_of_vjp", "vmap over the outer cotangent of a vjp of a vjp", vjp_of_vjp),
+        Scenario("grad_inside_vmap", "vmap(grad(f)): a grad transform above the vmap level",
+                 grad_inside_vmap),
+        Scenario("jacrev", "jacrev(f) (vmap over one-hot cotangents)", jacrev),
+        Scenario("jacrev_jacrev", "jacrev(jacrev(f)) (the hessian by reverse over reverse)",
+                 jacrev_jacrev),
+        Scenario("jacfwd_jacrev", "jacfwd(jacrev(f)) (forward over reverse; needs a jvp rule)",
+                 jacfwd_jacrev),
+        Scenario("vmap_jacrev", "vmap(jacrev(f)) over a batch of primals", vmap_jacrev),
+    ]
+}
+SCENARIO_NAMES = tuple(SCENARIOS)
+
+
+# ------------------------------------------------------------------------------ comparison
+ATOL = RTOL = 1e-4
+
+
+class Mismatch(AssertionError):
+    def __init__(self, max_abs_err: float, where: str):
+        self.max_abs_err = max_abs_err
+        super().__init__(f"max abs error {max_abs_err:.3g} vs the per-sample loop ({where})")
+
+
+def max_abs_error(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> float:
+    worst = 0.0
+    for a, e in zip(actual, expected):
+        a, e = torch.as_tensor(a).detach(), torch.as_tensor(e).detach()
+        if a.shape != e.shape:
+            return float("inf")
+        if a.numel():
+            worst = max(worst, (a.double() - e.double()).abs().max().item())
+    return worst
+
+
+def _check_close(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], case: Case) -> None:
+    if len(actual) != len(expected):
+        raise Mismatch(float("inf"), f"{len(actual)} outputs vs {len(expected)}")
+    for a, e in zip(actual, expected):
+        a, e = torch.as_tensor(a).detach(), torch.as_tensor(e).detach()
+        if a.shape != e.shape or not torch.allclose(a.double(), e.double(), atol=ATOL, rtol=RTOL):
+            raise Mismatch(max_abs_error([a], [e]), case.detail or "shape/values")
