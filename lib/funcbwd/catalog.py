@@ -66,7 +66,7 @@ class OpSpec:
         for s in samples:
             if s.name == name:
                 return s
-        raise UnknownNameError(f"sample of {self.name}", name, [s.name for s in samples])
+        raise UnknownNameError("sample", name, [s.name for s in samples], of=self.name)
 
     def outputs_tuple(self, out: Any) -> tuple:
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)

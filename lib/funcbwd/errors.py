@@ -10,10 +10,11 @@ class FuncbwdError(ValueError):
 
 
 class UnknownNameError(FuncbwdError, KeyError):
-    def __init__(self, kind: str, name: object, valid: Iterable[str]):
+    def __init__(self, kind: str, name: object, valid: Iterable[str], of: str = ""):
         self.kind, self.name, self.valid = kind, name, sorted(valid)
+        where = f" of {of}" if of else ""
         super().__init__(
-            f"unknown {kind} {name!r}; valid {plural(kind)}: {', '.join(self.valid)}"
+            f"unknown {kind}{where} {name!r}; valid {plural(kind)}{where}: {', '.join(self.valid)}"
         )
 
     def __str__(self) -> str:  # KeyError would quote the message

@@ -230,3 +230,111 @@ def popped_interpreter() -> Iterator[None]:
 
     with temporarily_pop_interpreter_stack():
         yield
+
+
+def functional_level(t: torch.Tensor) -> int | None:
+    """The functorch level of a functional wrapper (None for any other tensor). [hooks]"""
+    return _F.maybe_get_level(t) if _F.is_functionaltensor(t) else None
+
+
+# ---------------------------------------------------------------------------- vmap rules that run transforms
+# (used by strategies/composite.py: a FuncTorchBatched kernel that runs vmap(functionalize(formula)))
+def current_interpreter():
+    """The functorch interpreter processing the current op (inside a kernel), or None."""
+    from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
+
+    return retrieve_current_functorch_interpreter() if _F.peek_interpreter_stack() is not None else None
+
+
+def unwrap_batched_at(args: tuple, level: int) -> tuple[tuple, tuple]:
+    """Strip the BatchedTensor wrappers of ``level`` from ``args``: (unwrapped args, in_dims)."""
+    from torch._functorch.vmap import unwrap_batched
+
+    return unwrap_batched(args, level)
+
+
+def add_batch_dim(t: torch.Tensor, dim: int, level: int) -> torch.Tensor:
+    return _F._add_batch_dim(t, dim, level)
+
+
+def _with_dynamic_layer_keys(include, present: bool):
+    keys = (_DK.FuncTorchDynamicLayerFrontMode, _DK.FuncTorchDynamicLayerBackMode)
+    for k in keys:
+        include = include.add(k) if present else include.remove(k)
+    return include
+
+
+@contextlib.contextmanager
+def lowered_with_call_site_tls(interpreter, include, exclude) -> Iterator[None]:
+    """Inside a vmap rule: pop the rule's own interpreter and restore the op's call-site dispatch
+    TLS, so the rule can run its own vmap/functionalize (torch-2.13-notes: without both, a nested
+    transform hits ``savedLocalDispatchKeySet_.has_value()``). The front/back-mode keys follow
+    the remaining stack depth. Both are restored on exit, also when the body raises."""
+    with interpreter.lower():
+        include = _with_dynamic_layer_keys(include, stack_depth() > 0)
+        with torch._C._ForceDispatchKeyGuard(include, exclude):
+            yield
+
+
+@contextlib.contextmanager
+def below_autograd() -> Iterator[None]:
+    """Redispatch below the Autograd keys (what an Autograd kernel does when nothing needs grad)."""
+    with torch._C._AutoDispatchBelowAutograd():
+        yield
+
+
+# ---------------------------------------------------------------------------- trace helpers (funcbwd.trace)
+def resolve_overload(qualified: str, args: tuple, kwargs: dict) -> str | None:
+    """The overload of ``qualified`` (e.g. 'aten::scatter_') a call with these args binds to
+    ('src', 'value', 'default', ...), by the dispatcher's own schema matching; None if none does."""
+    try:
+        return torch._C._jit_resolve_packet(qualified, *args, **kwargs)
+    except Exception:  # noqa: BLE001 - not an operator, or no schema accepts these args
+        return None
+
+
+def tracing_active() -> bool:
+    """True while make_fx/fake tensors are tracing (a proxy or fake dispatch mode is set)."""
+    key = torch._C._TorchDispatchModeKey
+    return (torch._C._get_dispatch_mode(key.PROXY) is not None
+            or torch._C._get_dispatch_mode(key.FAKE) is not None)
+
+
+# ---------------------------------------------------------------------------- scoped aten kernels (funcbwd.copy_rule)
+@contextlib.contextmanager
+def scoped_aten_kernel(op_name: str, kernel, dispatch_key: str) -> Iterator[None]:
+    """Register ``kernel`` for ``aten::op_name`` at ``dispatch_key`` for the block only.
+
+    ``torch.library.Library(..., "IMPL")`` registrations are process-wide until the library is
+    destroyed; ``Library._destroy`` (private) removes them, restoring the previous dispatch entry."""
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        lib.impl(op_name, kernel, dispatch_key)
+        yield
+    finally:
+        lib._destroy()
+
+
+# ---------------------------------------------------------------------------- dispatcher registry queries
+def dispatcher_op_names(namespace: str) -> list[str]:
+    """Every operator the dispatcher knows in ``namespace`` ("ns::name"), sorted. [composite]"""
+    prefix = f"{namespace}::"
+    return sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith(prefix))
+
+
+def dispatcher_has_schema(qualified: str) -> bool:
+    """True if ``ns::name`` is already defined in the dispatcher. [composite]"""
+    try:
+        torch._C._dispatch_find_schema_or_throw(qualified, "")
+        return True
+    except RuntimeError:
+        return False
+
+
+def has_kernel_for_key(qualified: str, key: str) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)
+
+
+def dispatcher_all_op_names() -> set[str]:
+    """Every operator name the dispatcher knows ("ns::name"), all namespaces. [display]"""
+    return set(torch._C._dispatch_get_all_op_names())

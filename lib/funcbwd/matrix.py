@@ -8,6 +8,7 @@ import dataclasses
 import io
 import json
 import re
+import threading
 import time
 import warnings
 from typing import Any, Iterable, Sequence
@@ -23,12 +24,17 @@ REASONS = {
     "data_dependent": "data-dependent shape or control flow (.item(), nonzero, masked_select)",
     "functionalization_assert": "functionalization internal assert (a non-functional tensor met a functional one)",
     "composite_decomposed": "composite op decomposed before vmap saw it",
+    "no_batch_rule": "an op with no batching rule that cannot use vmap's per-sample fallback",
+    "leaked_state": "the strategy left functorch/dispatch state changed",
     "no_jvp": "no forward-mode (jvp) rule",
     "other": "other error",
     "": "",
 }
 
-_FALLBACK_RE = re.compile(r"batching rule for ([\w:.]+)")
+# warnings.catch_warnings swaps process-global state: cells that capture the fallback warning
+# run one at a time (the strategies themselves are thread-safe; see tests/test_reliability.py).
+_CAPTURE_LOCK = threading.RLock()
+_FALLBACK_RE = re.compile(r"batching rule for (\w+::\w+(?:\.\w+)?)")
 _RECORD_KEYS = ("op", "sample", "scenario", "strategy", "status", "reason", "message",
                 "fallback_ops", "seconds", "max_abs_err", "detail")
 
@@ -68,6 +74,8 @@ def classify(exc: BaseException) -> str:
     if any(s in msg for s in (".item()", "data-dependent", "dynamic shape", "differently shaped",
                               "nonzero", "Cannot call sizes")):
         return "data_dependent"
+    if "does not yet have a batching rule" in msg or "vmap fallback which is currently disabled" in msg:
+        return "no_batch_rule"
     if "functional" in msg.lower() and ("INTERNAL ASSERT" in msg or "FunctionalTensor" in msg
                                         or "functionalization" in msg.lower()):
         return "functionalization_assert"
@@ -95,8 +103,8 @@ def run(op: str | catalog.OpSpec, scenario: str, strategy: str, sample: str | ca
         return result
     case = Case(spec, smp, st, **({"batch": batch} if batch else {}))
     start = time.perf_counter()
-    before = internals.stack_depth()
-    with warnings.catch_warnings(record=True) as caught:
+    before = internals.dispatch_state()
+    with _CAPTURE_LOCK, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             actual, expected = SCENARIOS[scenario].run(case)
@@ -109,11 +117,15 @@ def run(op: str | catalog.OpSpec, scenario: str, strategy: str, sample: str | ca
         except Exception as e:  # noqa: BLE001 - every failure is a classified cell
             result.status, result.reason = "fail", classify(e)
             result.error_class, result.message = type(e).__name__, first_line(str(e))
-        finally:
-            # A failing transform must not leave levels behind for the next cell.
-            internals.restore_stack_depth(before)
+    after = internals.dispatch_state()
+    if after != before:
+        # A strategy leaked transform state: that is a failure of the strategy, not something to
+        # hide. Record it, then restore the stack so the next cell starts clean.
+        result.status, result.reason = "fail", "leaked_state"
+        result.message = f"left transform state changed: {before.describe_difference(after)}"
+        internals.restore_stack_depth(before.depth)
     result.seconds = time.perf_counter() - start
-    result.detail = case.detail if result.status in ("fail", "mismatch") else case.detail
+    result.detail = case.detail
     result.fallback_ops = sorted({m.group(1) for w in caught
                                   for m in [_FALLBACK_RE.search(str(w.message))] if m})
     if result.status == "pass":

@@ -348,5 +348,5 @@ def _check_close(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor
         raise Mismatch(float("inf"), f"{len(actual)} outputs vs {len(expected)}")
     for a, e in zip(actual, expected):
         a, e = torch.as_tensor(a).detach(), torch.as_tensor(e).detach()
-        if a.shape != e.shape or not torch.allclose(a.double(), e.double(), atol=ATOL, rtol=RTOL):
+        if a.shape != e.shape or not torch.allclose(a.double(), e.double(), atol=ATOL, rtol=RTOL, equal_nan=True):
             raise Mismatch(max_abs_error([a], [e]), case.detail or "shape/values")

@@ -1,0 +1,66 @@
+"""Error injection: copies of a catalog op whose legacy formula raises at a chosen point.
+
+Used by the reliability tests (and the hardening notebook table) to prove that every strategy
+leaves torch's transform state and its own bookkeeping exactly as it found them when the
+backward formula raises. The copies are registered under their own names so strategies that
+cache per op (composite, traced) never confuse them with the real op.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import torch
+
+from . import catalog
+
+#: where the formula raises: before any op, after the factory + view, or inside the last op itself
+POINTS = ("before_first_op", "mid_formula", "in_last_op")
+
+
+class InjectedError(RuntimeError):
+    """The exception the injected formulas raise (distinguishable from real failures)."""
+
+
+class InjectedInterrupt(KeyboardInterrupt):
+    """A BaseException (not an Exception), like Ctrl-C arriving inside the backward."""
+
+
+def _diag_raising(point: str, exc: type[BaseException]) -> Callable[..., Any]:
+    # Same shape as funcbwd.formulas.diag_backward's non-square branch, with a failure placed at ``point``.
+    def formula(grad: torch.Tensor, input_sizes, diagonal: int) -> torch.Tensor:
+        if point == "before_first_op":
+            raise exc("injected before the first op")
+        grad_input = torch.zeros(tuple(input_sizes), dtype=grad.dtype, device=grad.device)
+        diag = grad_input.diagonal(diagonal)
+        if point == "mid_formula":
+            raise exc("injected mid-formula")
+        if exc is InjectedError:
+            # A real op failure raised by the dispatcher inside copy_ (shape mismatch).
+            diag.copy_(torch.cat([grad, grad], -1))
+        else:
+            raise exc("injected in the last op")
+        return grad_input
+
+    return formula
+
+
+@functools.cache
+def raising_op(point: str, base_exception: bool = False) -> catalog.OpSpec:
+    """A copy of ``diag`` whose formula raises at ``point`` (an OpSpec not in the registry)."""
+    if point not in POINTS:
+        from .errors import UnknownNameError
+
+        raise UnknownNameError("injection point", point, POINTS)
+    exc = InjectedInterrupt if base_exception else InjectedError
+    spec = catalog.get_op("diag")
+    name = f"diag_inject_{point}{'_interrupt' if base_exception else ''}"
+    return dataclasses.replace(spec, name=name, formula=_diag_raising(point, exc),
+                               group="injection")
+
+
+def non_square_sample() -> catalog.Sample:
+    return catalog.get_op("diag").sample("3x5 k=1")
+

@@ -1,0 +1,622 @@
+"""Dispatch-key trace of one op x strategy x scenario: what the backward formula executes, and why
+vmap accepts or rejects each call.
+
+Observers (torch-2.13-notes, "Tracing"): a TorchDispatchMode sits below vmap and sees only final
+unbatched kernels, and a TorchFunctionMode entered around ``vjp_fn`` records nothing inside the
+backward. So :func:`recording` shadows the strategy's ``run_formula`` (every strategy's legacy
+backward calls it) with one that enters a TorchFunctionMode around the formula: each torch call
+is recorded with the functorch interpreter stack, the dispatch TLS, every tensor argument's
+wrapper chain and key set, and how vmap handles the op (batching rule, decomposition or the slow
+per-sample fallback, read from the op's dispatch table). Ops emitted below the mode (by
+functionalization, by vmap's fallback loop, inside a custom op's kernel) come from one
+``torch.profiler`` session (record_shapes=True): each recorded call is a profiler range, so its
+dispatcher op tree hangs under it.
+
+The scenario runs through the matrix's code path (``SCENARIOS[name].run(Case(...))``), so a trace
+shows exactly what a matrix cell did, up to the failing call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import html
+import re
+import sys
+import warnings
+from typing import Any, Iterator
+
+import torch
+from torch.overrides import TorchFunctionMode, resolve_name
+
+from . import catalog, internals
+from .errors import NotApplicableError, check_name
+from .matrix import classify, first_line
+from .scenarios import SCENARIO_NAMES, SCENARIOS, Case, Mismatch, _check_close
+from .strategies import Strategy, get_strategy
+
+_FALLBACK_WARNING = re.compile(r"batching rule for (\w+::\w+(?:\.\w+)?)")
+#: in-place dunders (``__iadd__`` ends with "_" too, but so does ``__getitem__``)
+_INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
+                    "__ifloordiv__", "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__",
+                    "__ilshift__", "__irshift__", "__imatmul__"}
+#: Python operators -> the aten op they call (others, like ``__getitem__``, are Python-level)
+_DUNDER_OPS = {"__eq__": "eq", "__ne__": "ne", "__lt__": "lt", "__le__": "le", "__gt__": "gt",
+               "__ge__": "ge", "__add__": "add", "__radd__": "add", "__iadd__": "add_",
+               "__sub__": "sub", "__rsub__": "rsub", "__isub__": "sub_", "__mul__": "mul",
+               "__rmul__": "mul", "__imul__": "mul_", "__truediv__": "div", "__itruediv__": "div_",
+               "__neg__": "neg", "__pow__": "pow", "__matmul__": "matmul",
+               "__invert__": "bitwise_not", "__and__": "__and__", "__or__": "__or__"}
+#: Tensor methods answered by the TensorImpl (a BatchedTensor reports logical sizes) without
+#: dispatching, although aten has a schema and a dispatch table for them.
+_METADATA = {"dim", "ndimension", "size", "stride", "numel", "nelement", "storage_offset",
+             "is_contiguous", "is_conj", "is_neg", "is_inference", "element_size",
+             "is_floating_point", "is_complex", "get_device", "_is_view", "untyped_storage"}
+
+
+# ------------------------------------------------------------------------------ records
+@dataclasses.dataclass
+class TensorArg:
+    """One tensor argument of a recorded call (``position`` like '0' or '1[2]' for list items)."""
+
+    position: str
+    chain: list[str]
+    keys: str
+    batched: bool
+
+    @property
+    def chain_text(self) -> str:
+        return " > ".join(self.chain)
+
+
+@dataclasses.dataclass
+class TraceEvent:
+    """One torch call the formula made, as the TorchFunctionMode saw it."""
+
+    index: int
+    call: int  # which formula call (see Trace.calls)
+    op: str  # the Python-level callable, e.g. 'torch.Tensor.copy_'
+    aten: str  # the operator it binds to, e.g. 'aten::copy_' or 'aten::scatter_.src'; '' if none
+    stack: str  # functorch interpreter stack, e.g. 'Vmap(1) > Functionalize(2)'
+    tls_include: str
+    tls_exclude: str
+    tensors: list[TensorArg]
+    vmap_sees: str  # the operator that reaches the vmap level ('aten::copy' once functionalized)
+    vmap_handling: str  # 'batching rule' | 'decomposition' | 'fallback' | why vmap is not involved
+    inplace_into_unbatched: bool = False
+    explanation: str = ""
+    error: str = ""  # the exception this call raised (first line)
+    #: the dispatcher calls this call made (torch.profiler), incl. functionalization and fallback loops
+    dispatcher: list["DispatcherNode"] = dataclasses.field(default_factory=list)
+
+    @property
+    def fallback_loop(self) -> bool:
+        """True if the profiler saw vmap's per-sample fallback loop inside this call."""
+        return any(n.has_fallback_loop() for n in self.dispatcher)
+
+    @property
+    def name(self) -> str:
+        """The bare op name ('copy_')."""
+        return self.op.rsplit(".", 1)[-1]
+
+
+@dataclasses.dataclass
+class DispatcherNode:
+    """One dispatcher call from torch.profiler, with its children."""
+
+    name: str
+    shapes: list[list[int]]
+    children: list["DispatcherNode"]
+    note: str = ""
+
+    def has_fallback_loop(self) -> bool:
+        return bool(self.note) or any(c.has_fallback_loop() for c in self.children)
+
+
+@dataclasses.dataclass
+class FormulaCall:
+    """One call of the strategy's ``run_formula`` under a functorch transform."""
+
+    index: int
+    stack: str
+    events: list[int] = dataclasses.field(default_factory=list)
+    #: dispatcher calls outside any recorded call (e.g. the strategy tracing the formula)
+    unattributed: list[DispatcherNode] = dataclasses.field(default_factory=list)
+    error: str = ""
+
+
+@dataclasses.dataclass
+class Trace:
+    op: str
+    sample: str
+    strategy: str
+    scenario: str
+    status: str = "pass"  # pass | fail | mismatch | not_applicable (as a matrix cell)
+    reason: str = ""
+    error: str = ""
+    events: list[TraceEvent] = dataclasses.field(default_factory=list)
+    calls: list[FormulaCall] = dataclasses.field(default_factory=list)
+    fallback_ops: list[str] = dataclasses.field(default_factory=list)
+    untransformed_calls: int = 0  # run_formula calls with no transform (the reference loop)
+    #: torch calls inside a formula call with no transform active or while make_fx traced
+    #: (a strategy tracing the formula on the side): counted, not recorded
+    hidden_ops: int = 0
+
+    @property
+    def failing_event(self) -> TraceEvent | None:
+        """The call that raised; else (if the run failed) the first in-place write of a batched
+        value into an unbatched tensor."""
+        raised = next((e for e in self.events if e.error), None)
+        if raised is not None:
+            return raised
+        if self.status == "fail":
+            return next((e for e in self.events if e.inplace_into_unbatched), None)
+        return None
+
+    def text(self) -> str:
+        return _render_text(self)
+
+    def html(self) -> str:
+        return _render_html(self)
+
+
+# ------------------------------------------------------------------------------ describing one call
+def _is_inplace(name: str) -> bool:
+    if name.startswith("__"):
+        return name in _INPLACE_DUNDERS
+    return name.endswith("_")
+
+
+def _op_names(func: Any, args: tuple, kwargs: dict) -> tuple[str, str] | None:
+    """(display name, qualified aten overload or '') for a torch function; None for attribute
+    reads (``grad.dtype``), which run no operator."""
+    if isinstance(func, torch._ops.OpOverload):
+        schema = func._schema
+        qualified = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
+        return str(func), qualified
+    name = getattr(func, "__name__", None) or str(func)
+    if name == "__get__":
+        return None
+    try:
+        display = resolve_name(func) or name
+    except Exception:  # noqa: BLE001 - resolve_name walks torch's namespaces; any failure: bare name
+        display = name
+    if name.startswith("__"):
+        name = _DUNDER_OPS.get(name, "")
+        if not name:
+            return display, ""
+    return display, _qualify(f"aten::{name}", args, kwargs)
+
+
+def _qualify(packet: str, args: tuple, kwargs: dict) -> str:
+    """'aten::scatter_' + args -> 'aten::scatter_.src' (the overload the args bind to)."""
+    overload = internals.resolve_overload(packet, args, kwargs)
+    if overload is None:
+        return ""
+    return packet if overload in ("", "default") else f"{packet}.{overload}"
+
+
+def _tensor_args(args: tuple, kwargs: dict) -> list[TensorArg]:
+    found: list[tuple[str, torch.Tensor]] = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            found.append((str(i), a))
+        elif isinstance(a, (list, tuple)):
+            found += [(f"{i}[{j}]", t) for j, t in enumerate(a) if isinstance(t, torch.Tensor)]
+    found += [(k, v) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+    return [TensorArg(pos, internals.wrapper_chain(t), _strip_keyset(internals.key_set(t)),
+                      internals.is_batched(t)) for pos, t in found]
+
+
+def _strip_keyset(text: str) -> str:
+    m = re.fullmatch(r"DispatchKeySet\((.*)\)", text.strip())
+    return m.group(1) if m else text
+
+
+def _functionalized_above_vmap(levels: list[tuple[str, int]]) -> bool:
+    """True if a Functionalize interpreter sits above the innermost Vmap level: in-place ops are
+    then rewritten to their out-of-place variants before vmap sees them."""
+    kinds = [k for k, _ in levels]
+    if "Vmap" not in kinds or "Functionalize" not in kinds:
+        return False
+    return max(i for i, k in enumerate(kinds) if k == "Functionalize") > max(
+        i for i, k in enumerate(kinds) if k == "Vmap")
+
+
+def _vmap_view(name: str, aten: str, args: tuple, kwargs: dict, levels: list[tuple[str, int]],
+               tensors: list[TensorArg]) -> tuple[str, str]:
+    """(operator vmap sees, how vmap handles it)."""
+    if not any(k == "Vmap" for k, _ in levels):
+        return "", "not under vmap"
+    if name in _METADATA:
+        return "", "metadata read on the wrapper (no operator dispatch)"
+    sees = aten
+    if aten and _is_inplace(name) and _functionalized_above_vmap(levels):
+        packet = aten.split(".")[0][:-1]  # aten::copy_ -> aten::copy
+        sees = _qualify(packet, args, kwargs) or packet
+    if not sees:
+        return "", "Python-level call, not an operator (its operators: dispatcher view)"
+    if not any(t.batched for t in tensors):
+        return sees, "no batched tensor argument: runs unbatched"
+    return sees, internals.batching_kind(sees)
+
+
+def describe_call(func: Any, args: tuple, kwargs: dict, index: int, call: int) -> TraceEvent | None:
+    """A :class:`TraceEvent` for one torch call made now (None for attribute reads)."""
+    names = _op_names(func, args, kwargs)
+    if names is None:
+        return None
+    display, aten = names
+    levels = internals.interpreter_stack()
+    tensors = _tensor_args(args, kwargs)
+    is_overload = isinstance(func, torch._ops.OpOverload)
+    name = func._schema.name.split("::")[-1] if is_overload else display.rsplit(".", 1)[-1]
+    sees, handling = _vmap_view(name, aten, args, kwargs, levels, tensors)
+    ev = TraceEvent(index, call, display, aten, internals.format_stack(levels),
+                    internals.tls_include_set(), internals.tls_exclude_set(), tensors, sees, handling)
+    self_arg = tensors[0] if tensors and tensors[0].position == "0" else None
+    other = next((t for t in tensors[1:] if t.batched), None)
+    if (_is_inplace(name) and self_arg is not None and not self_arg.batched and other is not None
+            and not _functionalized_above_vmap(levels)):
+        ev.inplace_into_unbatched = True
+        ev.explanation = (
+            f"in-place {name} writes into an unbatched tensor (self: {self_arg.chain_text}) but "
+            f"argument {other.position} is batched ({other.chain_text}): vmap cannot store a batch "
+            f"of results in one unbatched tensor, so it raises (functionalize the formula, or make "
+            f"the target batched)")
+    elif _is_inplace(name) and self_arg is not None and "Functionalize" in ev.stack:
+        functional = next((t for t in tensors[1:] if t.chain[0].startswith("Functional(")), None)
+        if not self_arg.chain[0].startswith("Functional(") and functional is not None:
+            ev.explanation = (
+                f"in-place {name} under functionalization mutates a non-functional tensor (self: "
+                f"{self_arg.chain_text}, e.g. built from a saved tensor) with a functional one "
+                f"(argument {functional.position}: {functional.chain_text}); functionalization "
+                f"refuses that with an internal assert")
+    return ev
+
+
+# ------------------------------------------------------------------------------ recording
+class _FormulaRecorder(TorchFunctionMode):
+    """Records each torch call made while a formula runs (entered inside the backward)."""
+
+    def __init__(self, trace: Trace, call: FormulaCall, mark: bool):
+        super().__init__()
+        self.trace, self.call, self.mark = trace, call, mark
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if internals.tracing_active() or not internals.interpreter_stack():
+            # the strategy traces the formula with the functorch state cleared (traced's make_fx)
+            self.trace.hidden_ops += 1
+            return func(*args, **kwargs)
+        ev = describe_call(func, args, kwargs, len(self.trace.events), self.call.index)
+        if ev is None:
+            return func(*args, **kwargs)
+        self.trace.events.append(ev)
+        self.call.events.append(ev.index)
+        # A profiler range named after the event attributes the dispatcher calls below it.
+        try:
+            with _range(self.mark, _EVENT_MARK, ev.index):
+                return func(*args, **kwargs)
+        except Exception as e:
+            ev.error = f"{type(e).__name__}: {first_line(str(e))}"
+            raise
+
+
+_EVENT_MARK = "funcbwd.trace.event#"
+_CALL_MARK = "funcbwd.trace.call#"
+
+
+def _marker(prefix: str, index: int) -> str:
+    return f"{prefix}{index}"
+
+
+def _marked(node: "DispatcherNode", prefix: str) -> int | None:
+    rest = node.name[len(prefix):] if node.name.startswith(prefix) else ""
+    return int(rest) if rest.isdigit() else None
+
+
+def _attribute(trace: Trace, nodes: list["DispatcherNode"]) -> None:
+    """Hang each event marker's dispatcher calls on its event; a call marker's other children
+    (e.g. the strategy tracing the formula) on the call. Markers may sit anywhere in the tree
+    (under the autograd engine's ranges, or nested in another formula call)."""
+    for n in nodes:
+        ev, call = _marked(n, _EVENT_MARK), _marked(n, _CALL_MARK)
+        if ev is not None and ev < len(trace.events):
+            trace.events[ev].dispatcher = n.children
+        elif call is not None and call < len(trace.calls):
+            trace.calls[call].unattributed = [c for c in n.children if _marked(c, _EVENT_MARK) is None
+                                              and _marked(c, _CALL_MARK) is None]
+        _attribute(trace, n.children)
+
+
+def _dispatcher_tree(prof: Any) -> list[DispatcherNode]:
+    def node(ev: Any) -> DispatcherNode:
+        kids = [node(c) for c in ev.cpu_children]
+        n = DispatcherNode(ev.name, [list(s) for s in (ev.input_shapes or []) if s], kids)
+        same = sum(k.name == ev.name for k in kids)
+        if same >= 2 and any(k.name == "aten::stack" for k in kids):
+            # BatchedFallback.cpp: slice each sample, call the op, stack the results.
+            n.note = f"per-sample fallback loop: {same} x {ev.name} + aten::stack"
+        return n
+
+    return [node(e) for e in (prof.events() or []) if e.cpu_parent is None]
+
+
+def _range(mark: bool, prefix: str, index: int) -> Any:
+    if not mark:
+        return contextlib.nullcontext()
+    return torch.profiler.record_function(_marker(prefix, index))
+
+
+@contextlib.contextmanager
+def recording(strategy: Strategy, trace: Trace, *, mark: bool = False) -> Iterator[Trace]:
+    """Shadow ``strategy.run_formula`` (on the instance) with one that records the formula's torch
+    calls under a TorchFunctionMode; with ``mark``, each call and event is also a profiler range
+    (so a surrounding torch.profiler session can attribute dispatcher calls to them)."""
+    original = strategy.run_formula
+    had_own = "run_formula" in vars(strategy)
+
+    def run_formula(op: Any, args: tuple) -> Any:
+        if not internals.interpreter_stack():  # the per-sample reference loop: no transform
+            trace.untransformed_calls += 1
+            return original(op, args)
+        call = FormulaCall(len(trace.calls), internals.format_stack())
+        trace.calls.append(call)
+        try:
+            with _range(mark, _CALL_MARK, call.index), _FormulaRecorder(trace, call, mark):
+                return original(op, args)
+        except Exception as e:
+            call.error = f"{type(e).__name__}: {first_line(str(e))}"
+            raise
+
+    strategy.run_formula = run_formula  # type: ignore[method-assign]
+    try:
+        yield trace
+    finally:
+        if had_own:
+            strategy.run_formula = original  # type: ignore[method-assign]
+        else:
+            del strategy.run_formula
+
+
+def trace(op: str | catalog.OpSpec, strategy: str | Strategy, scenario: str,
+          sample: str | catalog.Sample | None = None, *, profile: bool = True) -> Trace:
+    """Run one matrix cell with its formula calls recorded (default sample: the op's first).
+
+    ``profile``: also record the dispatcher calls (one torch.profiler session around the
+    scenario; skipped if a profiler is already running)."""
+    spec = catalog.get_op(op) if isinstance(op, str) else op
+    check_name("scenario", scenario, SCENARIO_NAMES)
+    st = get_strategy(strategy)
+    smp = sample if isinstance(sample, catalog.Sample) else spec.sample(sample)
+    tr = Trace(spec.name, smp.name, st.name, scenario)
+    reason = st.not_applicable(spec, scenario)
+    if reason:
+        tr.status, tr.error = "not_applicable", reason
+        return tr
+    case = Case(spec, smp, st)
+    prof = None
+    if profile and not torch.autograd.profiler._is_profiler_enabled:
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                      record_shapes=True)
+    before = internals.stack_depth()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with prof or contextlib.nullcontext(), recording(st, tr, mark=prof is not None):
+                actual, expected = SCENARIOS[scenario].run(case)
+                _check_close(actual, expected, case)
+        except NotApplicableError as e:
+            tr.status, tr.error = "not_applicable", str(e)
+        except Mismatch as e:
+            tr.status, tr.error = "mismatch", str(e)
+        except Exception as e:  # noqa: BLE001 - the failure is what the trace explains
+            tr.status, tr.reason = "fail", classify(e)
+            tr.error = f"{type(e).__name__}: {first_line(str(e))}"
+        finally:
+            internals.restore_stack_depth(before)  # a failing transform must not leak levels
+    if prof is not None:
+        _attribute(tr, _dispatcher_tree(prof))
+    tr.fallback_ops = sorted({m.group(1) for w in caught
+                              for m in [_FALLBACK_WARNING.search(str(w.message))] if m})
+    return tr
+
+
+# ------------------------------------------------------------------------------ rendering
+_TREE_LIMIT = 300  # dispatcher lines per section (a fallback loop over a big batch is long)
+
+
+def _short_tls(text: str) -> str:
+    keys = [k.strip() for k in _strip_keyset(text).split(",") if k.strip()]
+    auto = [k for k in keys if k.startswith("Autocast")]
+    keys = [k for k in keys if not k.startswith("Autocast")] + (["Autocast*"] if auto else [])
+    return ", ".join(keys) or "(none)"
+
+
+def _handling_text(ev: TraceEvent) -> str:
+    kind = ev.vmap_handling
+    if kind not in ("batching rule", "decomposition", "fallback", "fallthrough"):
+        return f"vmap: {kind}"
+    text = f"vmap: {kind} for {ev.vmap_sees}"
+    if ev.aten and ev.vmap_sees != ev.aten:
+        text = f"vmap sees {ev.vmap_sees} (functionalization rewrote {ev.aten}): {kind}"
+    if kind == "fallback":
+        text += " (slow per-sample loop" + (", seen by the profiler)" if ev.fallback_loop else ")")
+    elif ev.fallback_loop:
+        text += "; inside it vmap ran a per-sample fallback loop (profiler)"
+    return text
+
+
+def _header(tr: Trace) -> list[str]:
+    lines = [f"trace: {tr.op} [{tr.sample}] x strategy {tr.strategy} x scenario {tr.scenario}",
+             f"result: {tr.status}" + (f" ({tr.reason})" if tr.reason else "")
+             + (f": {tr.error}" if tr.error else ""),
+             "vmap fallback warnings: " + (", ".join(tr.fallback_ops) or "none")]
+    if tr.untransformed_calls:
+        lines.append(f"({tr.untransformed_calls} formula call(s) with no transform active, the "
+                     "per-sample reference loop, are not shown)")
+    if tr.hidden_ops:
+        lines.append(f"({tr.hidden_ops} torch call(s) the strategy made with the transforms cleared "
+                     "or under make_fx, i.e. tracing the formula, are not shown)")
+    if tr.fallback_ops and not any(e.fallback_loop or e.vmap_handling == "fallback" for e in tr.events):
+        lines.append("(the fallback warnings come from outside the recorded formula calls, e.g. "
+                     "torch's built-in backward of the formula's own ops)")
+    if not tr.calls and tr.status != "not_applicable":
+        lines.append(f"no formula call was observed: strategy {tr.strategy!r} did not call "
+                     "run_formula under a transform (e.g. torch's own C++ backward)")
+    return lines
+
+
+def _shapes(shapes: list[list[int]]) -> str:
+    return ", ".join("(" + ", ".join(map(str, s)) + ")" for s in shapes)
+
+
+def _tree_lines(nodes: list[DispatcherNode], depth: int, out: list[str], budget: list[int]) -> None:
+    for n in nodes:
+        if budget[0] <= 0:
+            out.append("  " * depth + "...")
+            return
+        budget[0] -= 1
+        note = f"   <- {n.note}" if n.note else ""
+        out.append("  " * depth + f"{n.name} {_shapes(n.shapes)}".rstrip() + note)
+        _tree_lines(n.children, depth + 1, out, budget)
+
+
+def _arg_label(t: TensorArg) -> str:
+    return "self" if t.position == "0" else f"arg {t.position}"
+
+
+def _render_text(tr: Trace) -> str:
+    lines = _header(tr)
+    failing = tr.failing_event
+    for call in tr.calls:
+        lines += ["", f"formula call {call.index + 1} under {call.stack}"]
+        if call.error and not any(tr.events[i].error == call.error for i in call.events):
+            lines.append(f"  raised: {call.error}")
+        for i in call.events:
+            ev = tr.events[i]
+            mark = ">>> " if ev is failing else "    "
+            lines.append(f"{mark}#{ev.index + 1} {ev.op}" + (f"  [{ev.aten}]" if ev.aten else "")
+                         + ("   <== FAILING CALL" if ev is failing else ""))
+            lines.append(f"        stack: {ev.stack}")
+            lines.append(f"        tls include: {_short_tls(ev.tls_include)} | exclude: "
+                         f"{_short_tls(ev.tls_exclude)}")
+            for t in ev.tensors:
+                lines.append(f"        {_arg_label(t)}: {t.chain_text}   keys: {t.keys}")
+            lines.append(f"        {_handling_text(ev)}")
+            if ev.error:
+                lines.append(f"        raised: {ev.error}")
+            if ev.explanation:
+                lines.append(f"        why: {ev.explanation}")
+            if ev.dispatcher:
+                lines.append("        dispatcher ops (torch.profiler):")
+                _tree_lines(ev.dispatcher, 5, lines, [_TREE_LIMIT])
+        if call.unattributed:
+            lines.append(f"  dispatcher ops outside the recorded calls: {_count(call.unattributed)}"
+                         " (e.g. the strategy tracing the formula; see the HTML view)")
+    return "\n".join(lines)
+
+
+def _count(nodes: list[DispatcherNode]) -> int:
+    return sum(1 + _count(n.children) for n in nodes)
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;font-size:13px}
+th,td{border:1px solid #ccc;padding:3px 6px;vertical-align:top;text-align:left}
+th{background:#f0f0f0}
+tr.failing td{background:#ffd9d9}
+tr.failing td:first-child{border-left:4px solid #c00}
+tr.why td{background:#fff0f0}
+code,.mono{font-family:ui-monospace,monospace}
+.fallback{color:#a05a00;font-weight:600}
+.rule{color:#176b2c}
+details ul{font-family:ui-monospace,monospace;font-size:12px;margin:0;padding-left:1.2em}
+.note{color:#a05a00;font-weight:600}
+"""
+
+
+def _tree_html(nodes: list[DispatcherNode], budget: list[int]) -> str:
+    items = []
+    for n in nodes:
+        if budget[0] <= 0:
+            items.append("<li>...</li>")
+            break
+        budget[0] -= 1
+        note = f' <span class="note">&larr; {html.escape(n.note)}</span>' if n.note else ""
+        kids = _tree_html(n.children, budget) if n.children else ""
+        items.append(f"<li>{html.escape(n.name)} {html.escape(_shapes(n.shapes))}{note}{kids}</li>")
+    return "<ul>" + "".join(items) + "</ul>"
+
+
+def _details(summary: str, nodes: list[DispatcherNode]) -> str:
+    return (f"<details><summary>{html.escape(summary)}</summary>"
+            f"{_tree_html(nodes, [_TREE_LIMIT])}</details>")
+
+
+def _event_row(ev: TraceEvent, failing: bool) -> str:
+    esc = html.escape
+    args = "<br>".join(
+        f"<b>{esc(_arg_label(t))}</b>: <span class='mono'>{esc(t.chain_text)}</span>"
+        f"<br><small>{esc(t.keys)}</small>" for t in ev.tensors)
+    cls = {"fallback": "fallback", "batching rule": "rule"}.get(ev.vmap_handling, "")
+    tls = (f"<small>include: {esc(_short_tls(ev.tls_include))}<br>"
+           f"exclude: {esc(_short_tls(ev.tls_exclude))}</small>")
+    ops = _details(f"{_count(ev.dispatcher)} dispatcher ops", ev.dispatcher) if ev.dispatcher else ""
+    row = (f"<tr{' class=failing' if failing else ''}><td>{ev.index + 1}</td>"
+           f"<td><code>{esc(ev.op)}</code><br><small>{esc(ev.aten)}</small>"
+           f"{'<br><b>FAILING CALL</b>' if failing else ''}</td>"
+           f"<td class='mono'>{esc(ev.stack)}</td><td>{args}</td>"
+           f"<td class='{cls}'>{esc(_handling_text(ev))}{ops}</td><td>{tls}</td></tr>")
+    notes = [f"raised: {ev.error}" if ev.error else "", f"why: {ev.explanation}" if ev.explanation else ""]
+    if any(notes):
+        row += ("<tr class='why'><td></td><td colspan='5'>"
+                + "<br>".join(esc(n) for n in notes if n) + "</td></tr>")
+    return row
+
+
+def _render_html(tr: Trace) -> str:
+    esc = html.escape
+    header = _header(tr)
+    failing = tr.failing_event
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(header[0])}</title>"
+             f"<style>{_CSS}</style></head><body>", f"<h2>{esc(header[0])}</h2>"]
+    parts += [f"<p>{esc(line)}</p>" for line in header[1:]]
+    for call in tr.calls:
+        parts.append(f"<h3>formula call {call.index + 1} under <code>{esc(call.stack)}</code></h3>")
+        parts.append("<table><tr><th>#</th><th>op</th><th>interpreter stack</th>"
+                     "<th>tensor args: wrapper chain / key set</th><th>vmap handling</th>"
+                     "<th>dispatch TLS</th></tr>")
+        parts += [_event_row(tr.events[i], tr.events[i] is failing) for i in call.events]
+        parts.append("</table>")
+        if call.unattributed:
+            parts.append(_details(f"{_count(call.unattributed)} dispatcher ops outside the recorded "
+                                  "calls (e.g. the strategy tracing the formula)", call.unattributed))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------ CLI
+def configure_trace(p: argparse.ArgumentParser) -> None:
+    p.epilog = ("Records every torch call the backward formula makes (interpreter stack, dispatch "
+                "TLS, wrapper chains, vmap handling) and highlights the failing call.\n"
+                f"scenarios: {', '.join(SCENARIO_NAMES)}")
+    p.add_argument("op", help="op name (python -m funcbwd ops lists them)")
+    p.add_argument("--strategy", default="plain", help="strategy (default plain)")
+    p.add_argument("--scenario", default="vmap_cotangents", help="scenario (default vmap_cotangents)")
+    p.add_argument("--sample", default=None, help="sample name (default: the op's first sample)")
+    p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML page")
+    p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler dispatcher view")
+
+
+def main_trace(args: argparse.Namespace) -> int:
+    tr = trace(args.op, args.strategy, args.scenario, args.sample, profile=not args.no_profile)
+    sys.stdout.write(tr.text() + "\n")
+    if args.html:
+        with open(args.html, "w") as f:
+            f.write(tr.html())
+        print(f"wrote {args.html}")
+    return 0

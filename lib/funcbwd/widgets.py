@@ -1,0 +1,135 @@
+"""The explorer: pick op / strategy / scenario, see the outcome, the trace, the graph diff, a chart.
+
+Every view is updated *in place*: HTML widgets get a new ``.value`` and the chart is a
+``go.FigureWidget`` updated inside ``batch_update``. Nothing re-renders into an
+``ipywidgets.Output`` (that made nbclient hang in ~20% of executions, see jupyter-notes.md).
+Cells come from ``funcbwd.matrix.run`` (cached per op/sample/scenario/strategy), traces from
+``funcbwd.trace.trace`` and graph diffs from ``funcbwd.graphs``; a view whose module is missing
+says so instead of failing.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Callable, Sequence
+
+from . import catalog, display, matrix
+from .matrix import CellResult
+from .scenarios import SCENARIO_NAMES
+from .strategies import available
+
+
+def _trace_html(op: str, strategy: str, scenario: str) -> str:
+    try:
+        from . import trace
+    except ImportError:
+        return "<i>funcbwd.trace is not available in this checkout.</i>"
+    try:
+        return trace.trace(op, strategy, scenario).html()
+    except Exception as e:  # noqa: BLE001 - the view shows why there is no trace
+        return f"<i>no trace: {html.escape(type(e).__name__)}: {html.escape(matrix.first_line(str(e)))}</i>"
+
+
+def _graph_html(op: str, strategy: str, scenario: str) -> str:
+    try:
+        from . import graphs
+    except ImportError:
+        return "<i>funcbwd.graphs is not available in this checkout.</i>"
+    try:
+        # The formula as written against the form this strategy runs (plain: against traced).
+        form = getattr(graphs, "STRATEGY_FORMS", {}).get(strategy, "traced")
+        return graphs.diff(op, "plain", "traced" if form == "plain" else form).html()
+    except Exception as e:  # noqa: BLE001
+        return f"<i>no graph: {html.escape(type(e).__name__)}: {html.escape(matrix.first_line(str(e)))}</i>"
+
+
+class Explorer:
+    """Dropdowns op / strategy / scenario driving a status line, a trace, a graph diff and a
+    bar chart of every strategy on the chosen op and scenario."""
+
+    def __init__(self, results: Sequence[CellResult] = (), *, ops: Sequence[str] | None = None,
+                 strategies: Sequence[str] | None = None, scenarios: Sequence[str] | None = None,
+                 op: str = "diag", strategy: str = "plain", scenario: str = "vmap_cotangents",
+                 trace_view: Callable[[str, str, str], str] = _trace_html,
+                 graph_view: Callable[[str, str, str], str] = _graph_html):
+        import ipywidgets as w
+        import plotly.graph_objects as go
+
+        self.ops = list(ops or catalog.op_names("test"))
+        self.strategies = list(strategies or available())
+        self.scenarios = list(scenarios or SCENARIO_NAMES)
+        for kind, value, valid in (("op", op, self.ops), ("strategy", strategy, self.strategies),
+                                   ("scenario", scenario, self.scenarios)):
+            if value not in valid:
+                from .errors import UnknownNameError
+                raise UnknownNameError(kind, value, valid)
+        self._cells: dict[tuple[str, str, str], list[CellResult]] = {}
+        for r in results:
+            self._cells.setdefault((r.op, r.scenario, r.strategy), []).append(r)
+        self._trace_view, self._graph_view = trace_view, graph_view
+
+        self.op = w.Dropdown(options=self.ops, value=op, description="op")
+        self.strategy = w.Dropdown(options=self.strategies, value=strategy, description="strategy")
+        self.scenario = w.Dropdown(options=self.scenarios, value=scenario, description="scenario")
+        self.status = w.HTML()
+        self.trace = w.HTML()
+        self.graph = w.HTML()
+        self.figure = go.FigureWidget(
+            data=[go.Bar(x=self.strategies, y=[0] * len(self.strategies), marker_color="#bdbdbd",
+                         hovertemplate="%{x}: %{customdata}<extra></extra>",
+                         customdata=[""] * len(self.strategies))],
+            layout=dict(height=280, margin=dict(l=50, r=10, t=40, b=40),
+                        yaxis=dict(title="samples passed", range=[0, 1.05], tickformat=".0%")),
+        )
+        for dd in (self.op, self.strategy, self.scenario):
+            dd.observe(self._on_change, names="value")
+        self.widget = w.VBox([
+            w.HBox([self.op, self.strategy, self.scenario]),
+            self.status, self.figure,
+            w.Accordion(children=[self.trace, self.graph], titles=("dispatch-key trace", "graph diff")),
+        ])
+        self.update()
+
+    # --- data ------------------------------------------------------------------------------
+    def cells(self, op: str, scenario: str, strategy: str) -> list[CellResult]:
+        """The results for one cell: given ones, else run (first sample) and cache."""
+        key = (op, scenario, strategy)
+        if key not in self._cells:
+            self._cells[key] = [matrix.run(op, scenario, strategy)]
+        return self._cells[key]
+
+    def summary(self, op: str, scenario: str, strategy: str) -> dict[str, Any]:
+        return matrix.summarize(self.cells(op, scenario, strategy))[(op, scenario, strategy)]
+
+    # --- views ---------------------------------------------------------------------------
+    def _on_change(self, change: dict) -> None:
+        self.update()
+
+    def update(self) -> None:
+        op, st, sc = self.op.value, self.strategy.value, self.scenario.value
+        cell = self.summary(op, sc, st)
+        kind = display.cell_kind(cell)
+        self.status.value = (f'<div style="padding:4px;background:{display.STATUS_COLOR[kind]}">'
+                             f"<b>{html.escape(op)} / {html.escape(st)} / {html.escape(sc)}</b>: "
+                             f"{display.cell_hover(cell)}</div>")
+        summaries = [self.summary(op, sc, s) for s in self.strategies]
+        with self.figure.batch_update():
+            bar = self.figure.data[0]
+            bar.y = [c["passed"] / c["total"] if c["total"] else 0 for c in summaries]
+            bar.marker.color = [display.STATUS_COLOR[display.cell_kind(c)] for c in summaries]
+            bar.marker.line = dict(width=[3 if s == st else 0 for s in self.strategies], color="black")
+            bar.customdata = [display.cell_text(c) for c in summaries]
+            self.figure.layout.title = f"{op} / {sc}: every strategy (selected: {st})"
+        self.trace.value = self._trace_view(op, st, sc)
+        self.graph.value = self._graph_view(op, st, sc)
+
+    def select(self, op: str | None = None, strategy: str | None = None,
+               scenario: str | None = None) -> "Explorer":
+        """Change the selection from code (what a dropdown change does)."""
+        for dd, v in ((self.op, op), (self.strategy, strategy), (self.scenario, scenario)):
+            if v is not None:
+                dd.value = v
+        return self
+
+    def _repr_mimebundle_(self, **kwargs: Any):
+        return self.widget._repr_mimebundle_(**kwargs)

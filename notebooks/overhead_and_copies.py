@@ -1,0 +1,119 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Overhead and copies: what does functionalizing a backward cost?
+#
+# The design thread (functorch#241) worried about two costs of functionalizing backward formulas:
+# wrapper/unwrap overhead ("thought minor") and *additional copies* ("in-place after clone becomes
+# clone + out-of-place op, and functionalization does not remove the intermediate clone"), and
+# asked: "how bad is the performance overhead for functionalization, really?"
+#
+# Two kinds of evidence here:
+# - **copies**, counted from the formulas' FX graphs by `funcbwd.graphs.copy_table`, computed live
+#   (deterministic, so the notebook tests compare them);
+# - **time and memory**, from a saved benchmark (`python -m funcbwd bench --quick --out
+#   data/bench-quick.json`), shown as ratios measured within one run (machine-dependent, so their
+#   cells are not compared).
+
+# %%
+import os
+
+# Read when torch loads (so before any import of it): keeps torch's C++-side warnings, which are
+# timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+from funcbwd import catalog, display, graphs
+
+display.setup_notebook()
+BENCH = os.path.join("..", "data", "bench-quick.json")
+print("saved bench results:", "present" if os.path.exists(BENCH) else "missing")
+
+# %% [markdown]
+# ## 1. Copies, counted
+#
+# Each test op's formula is captured (`make_fx`, fake tensors, first sample) in four forms: as
+# written (`plain`), functionalized (what `per_formula`, `composite`, `hooks` and `whole` run), with
+# functionalization's `aten.copy` elided (what `traced` runs), and torch's modern formula
+# (`builtin`). Under vmap (batch 4) a formula vmap cannot batch shows vmap's per-sample fallback as
+# extra copies (`stack`, repeated `copy`); `extra_*` columns are the excess over `builtin`.
+
+# %%
+copies = graphs.copy_table(ops=catalog.TEST_OPS, vmap=True)
+print(graphs.format_copy_table(copies))
+
+# %% [markdown]
+# The facts the table establishes, checked:
+
+# %%
+by = {(r["op"], r["form"]): r for r in copies}
+ok = [op for op in catalog.TEST_OPS if not by[(op, "functionalized")]["error"]]
+more = [op for op in ok if by[(op, "functionalized")]["copies"] > by[(op, "traced")]["copies"]]
+same = [op for op in ok if by[(op, "functionalized")]["copies"] == by[(op, "traced")]["copies"]]
+failed = [op for op in catalog.TEST_OPS if by[(op, "functionalized")]["error"]]
+print("functionalized has more copies than traced:", ", ".join(more) or "(none)")
+print("same copies:", ", ".join(same) or "(none)")
+print("not capturable (data-dependent):", ", ".join(failed) or "(none)")
+assert all(by[(op, "traced")]["copies"] <= by[(op, "functionalized")]["copies"] for op in ok)
+
+# %% [markdown]
+# Where functionalization *does* add copies, it is the `copy_` into a view (diag): the
+# functionalized `aten::copy` has no batching rule, so vmap loops over the batch and stacks.
+# Eliding the copy (traced) leaves the one `diagonal_scatter` a functional formula must do.
+# For the scatter/index_add family functionalization only swaps `op_` for `op`: no extra copies.
+
+# %% [markdown]
+# ## 2. Batched backward time, from the saved benchmark
+#
+# Per op, `vmap(vjp_fn)` time against torch's modern formula under vmap (`ratio_vs_builtin`, lower
+# is better, 1 = as fast as the hand-fixed formula) and against the per-sample loop
+# (`speedup_vs_loop`, higher is better), over batch sizes.
+
+# %% tags=["nbval-ignore-output"]
+bench_results = None
+if os.path.exists(BENCH):
+    from funcbwd import bench, plots
+
+    bench_results = bench.load(BENCH)
+    figures = plots.all_figures(bench_results)
+    print(bench.format_headline(bench.headline(bench_results)))
+else:
+    figures = {}
+    print(f"no saved bench results at {BENCH}; run: python -m funcbwd bench --quick --out data/bench-quick.json")
+
+# %% tags=["nbval-ignore-output"]
+for name in ("ratio_vs_builtin", "speedup_vs_loop"):
+    if name in figures:
+        figures[name].show()
+
+# %% [markdown]
+# ## 3. Cost when vmap is off
+#
+# A strategy that installs itself on every backward (hooks) pays even when nothing is batched.
+# Microseconds per autograd node over a backward with no strategy; `noop_hook` is a Python pre/post
+# hook doing nothing, the floor for any hook-based approach.
+
+# %% tags=["nbval-ignore-output"]
+if "overhead" in figures:
+    figures["overhead"].show()
+
+# %% [markdown]
+# ## 4. Copies and memory as measured by the benchmark
+#
+# The copies chart plots the counted copies above per strategy; the memory chart shows the bytes
+# the batched backward allocates (torch.profiler memory events) relative to `builtin`.
+
+# %% tags=["nbval-ignore-output"]
+for name in ("copies", "memory"):
+    if name in figures:
+        figures[name].show()

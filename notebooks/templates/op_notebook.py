@@ -1,0 +1,192 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # `__OP__`: the legacy in-place backward under `vmap(vjp(f))`
+#
+# Chapters: (1) the op and its legacy formula, (2) the failure with its dispatch-key trace,
+# (3) every strategy in every scenario, (4) the formula's graph plain -> functionalized -> elided,
+# (5) overhead and copies, (6) a verdict generated from the results. Every number comes from a
+# `funcbwd` call in this notebook; every step asserts what it shows.
+
+# %%
+import dataclasses
+import os
+
+# Read when torch loads (so before any import of it): keeps torch's C++-side warnings, which are
+# timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+from funcbwd import catalog, display, graphs, matrix, trace
+from funcbwd.strategies import available
+
+display.setup_notebook()
+OP = "__OP__"
+spec = catalog.get_op(OP)
+
+# %% [markdown]
+# ## 1. The op and its legacy formula
+#
+# The formula below is funcbwd's line-for-line Python re-creation of the C++ backward of early
+# 2022 (`funcbwd.formulas`); the legacy op runs torch's forward and this backward.
+
+# %%
+print("op:        ", spec.name, f"[{spec.group}]")
+print("schema:    ", spec.schema)
+print("legacy:    ", spec.source)
+print("fixed by:  ", spec.fixed_by)
+print("samples:   ", "; ".join(s.name for s in spec.samples()))
+if spec.notes:
+    print("note:      ", spec.notes)
+assert spec.name == OP and spec.samples()
+
+# %%
+display.formula_source(OP)
+
+# %% [markdown]
+# ## 2. The failure, reproduced
+#
+# The legacy formula as written (strategy `plain`) is run in the scenarios closest to the
+# original report first (`vmap_cotangents`, then `vmap_all_args`, which also batches
+# index/mask/min/max as PyTorch's `test_vmapvjp` does), sample by sample, until a cell fails.
+
+# %%
+search = ["vmap_cotangents", "vmap_all_args"] + [s for s in matrix.SCENARIO_NAMES
+                                                  if s not in ("vmap_cotangents", "vmap_all_args")]
+failing = None
+for sc in search:
+    for smp in spec.samples():
+        cell = matrix.run(OP, sc, "plain", smp)
+        if failing is None and cell.status != "pass":
+            failing = cell
+assert failing is not None, "the legacy formula passes everywhere: nothing to reproduce"
+print(f"first failing cell: sample {failing.sample!r}, scenario {failing.scenario}")
+print(f"status: {failing.status} ({failing.reason}: {matrix.REASONS[failing.reason]})")
+print("error:", failing.error_class + ":", matrix.first_line(failing.message, 200))
+
+# %% [markdown]
+# The dispatch-key trace of that cell (`funcbwd.trace.trace`): each torch call the formula made,
+# the functorch interpreter stack, each tensor argument's wrapper chain, and how vmap handles the
+# op. The failing call is marked. Only the last formula call is shown (the one that failed;
+# `vmap_all_args` calls the formula once per in_dims choice).
+
+# %%
+t = trace.trace(OP, "plain", failing.scenario, failing.sample)
+print(f"{len(t.calls)} formula call(s) under a transform; showing the last")
+print(dataclasses.replace(t, calls=t.calls[-1:]).text())
+assert t.status == failing.status and t.reason == failing.reason
+
+# %% [markdown]
+# ## 3. Every strategy in every scenario
+#
+# `funcbwd.matrix.run_matrix(ops=[OP])`: every sample of the op, in every scenario, under every
+# strategy, each compared with a per-sample loop over plain autograd (atol = rtol = 1e-4).
+# A cell shows the worst sample; `k/n` is how many samples passed.
+
+# %%
+results = matrix.run_matrix(ops=[OP])
+assert {r.strategy for r in results} == set(available())
+display.matrix_table(results, caption=f"{OP}: status per scenario and strategy")
+
+# %% tags=["nbval-ignore-output"]
+display.matrix_heatmap(results, title=f"{OP}: scenario x strategy (hover for reasons)")
+
+# %% [markdown]
+# Slow fallback: the ops for which vmap ran its per-sample loop, per strategy (passing cells only
+# count; a strategy with no entry never needed it):
+
+# %%
+fallback = {}
+for r in results:
+    if r.status == "pass" and r.fallback_ops:
+        fallback.setdefault(r.strategy, set()).update(display.fallback_names(r.fallback_ops))
+for st in available():
+    if st in fallback:
+        print(f"{st:12s} {', '.join(sorted(fallback[st]))}")
+print("no fallback:", ", ".join(st for st in available() if st not in fallback) or "(none)")
+
+# __OP_EXTRA__
+
+# %% [markdown]
+# ## 4. The formula's graph: plain -> functionalized -> elided
+#
+# `funcbwd.graphs.capture` traces the formula with `make_fx` for the op's first sample: as
+# written (`plain`), under `torch.func.functionalize` (what `per_formula` runs) and after the FX
+# pass that elides functionalization's `aten.copy` (what `traced` runs).
+
+# %%
+captures = {form: graphs.capture(OP, form) for form in ("plain", "functionalized", "traced")}
+for form, cap in captures.items():
+    if cap.ok:
+        print(f"{form:15s} {len(cap.nodes)} ops: {', '.join(cap.op_names())}")
+    else:
+        print(f"{form:15s} capture failed: {matrix.first_line(cap.error, 150)}")
+# A capture may only fail on data-dependent control flow (make_fx with fake tensors cannot branch
+# on values); anything else would be a bug in the graph tools.
+assert all(c.ok or "data-dependent" in c.error for c in captures.values())
+
+# %%
+for a, b in (("plain", "functionalized"), ("functionalized", "traced")):
+    if captures[a].ok and captures[b].ok:
+        print(graphs.diff(OP, a, b).unified() or f"{a} and {b} graphs are identical", "\n")
+    else:
+        print(f"no diff {a} -> {b}: a capture failed (see above)\n")
+
+# %% [markdown]
+# Copies: copy-like ops in each form and the bytes they write (fake-tensor metadata), unbatched and
+# under vmap (batch 4), with the excess over torch's modern formula (`builtin`).
+
+# %%
+for vmapped in (False, True):
+    print(f"vmap={vmapped}")
+    print(graphs.format_copy_table(graphs.copy_table(ops=[OP], vmap=vmapped)), "\n")
+
+# %% [markdown]
+# ## 5. Overhead and copies, measured
+#
+# From the saved quick benchmark (`python -m funcbwd bench --quick --out data/bench-quick.json`):
+# timings are machine-dependent, so only the charts show them (as ratios) and they are not compared
+# by the notebook tests.
+
+# %% tags=["nbval-ignore-output"]
+BENCH = os.path.join("..", "data", "bench-quick.json")
+bench_results = None
+if os.path.exists(BENCH):
+    from funcbwd import bench, plots
+
+    bench_results = bench.load(BENCH)
+    for metric in ("ratio_vs_builtin", "speedup_vs_loop"):
+        plots.ratio_vs_batch(bench_results, "small", metric, ops=[OP], cols=1).show()
+else:
+    print(f"no saved bench results at {BENCH}")
+
+# %% [markdown]
+# With vmap off, what each strategy adds to a plain backward through this op (microseconds per
+# autograd node over no strategy; `noop_hook` is the floor any hook-based approach pays):
+
+# %% tags=["nbval-ignore-output"]
+if bench_results is not None:
+    import plotly.graph_objects as go
+
+    rows = [r for r in bench.overhead_rows(bench_results) if r["op"] == OP]
+    go.Figure(go.Bar(x=[r["label"] for r in rows], y=[r["us_per_node_vs_none"] for r in rows]),
+              layout=dict(title=f"{OP}, vmap off: us per node over no strategy", height=320,
+                          yaxis_title="us per node")).show()
+
+# %% [markdown]
+# ## 6. Verdict
+#
+# Generated from the results above by `funcbwd.display.verdict(OP, results)`:
+
+# %%
+display.verdict(OP, results)

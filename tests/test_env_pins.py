@@ -1,0 +1,308 @@
+"""The three ways to install funcbwd (pyproject.toml, environment.yml for conda, binder/ for
+repo2docker) must ask for the same dependencies with the same pins, and none may pull a CUDA
+build of torch. A drift here is how a Binder link silently starts running a different torch
+from the one the notebooks' stored outputs were computed with.
+
+The slow test builds a fresh venv from binder/ the way repo2docker would and runs the overview
+notebook in it (opt-in: ``pytest --run-slow -m slow tests/test_env_pins.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH = "2.13.0"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+# Package names that mean a GPU build is being installed (pip wheels and conda packages).
+CUDA_NAME = re.compile(r"^(nvidia-.*|pytorch-cuda|pytorch-gpu|cudatoolkit|cuda-.*|cudnn|nccl|triton)$")
+
+
+# ------------------------------------------------------------------------------ parsing
+def pyproject_requirements(text: str) -> dict[str, Requirement]:
+    """Every dependency of the project, extras included, by canonical name."""
+    project = tomllib.loads(text)["project"]
+    lines = list(project.get("dependencies", []))
+    for extra in project.get("optional-dependencies", {}).values():
+        lines += extra
+    return _by_name(lines, "pyproject.toml")
+
+
+def _by_name(lines: list[str], where: str) -> dict[str, Requirement]:
+    out: dict[str, Requirement] = {}
+    for line in lines:
+        req = Requirement(line)
+        name = canonicalize_name(req.name)
+        if name in out:
+            raise AssertionError(f"{where}: {name} listed twice")
+        out[name] = req
+    return out
+
+
+def requirements_file(text: str) -> tuple[dict[str, Requirement], list[str]]:
+    """A pip requirements file: (requirements by name, option lines such as --extra-index-url)."""
+    reqs, options = [], []
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        (options if line.startswith("-") else reqs).append(line)
+    return _by_name(reqs, "requirements"), options
+
+
+def environment_yml(text: str) -> dict:
+    """environment.yml as data (PyYAML when present; it comes with jupyter-events)."""
+    try:
+        import yaml
+    except ImportError:  # the file uses a tiny YAML subset: read it by hand
+        return _tiny_environment_yml(text)
+    return yaml.safe_load(text)
+
+
+def _tiny_environment_yml(text: str) -> dict:
+    data: dict = {"dependencies": []}
+    section, in_pip = None, False
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].rstrip()
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        item = line.strip()
+        if indent == 0:
+            key, _, value = item.partition(":")
+            section, in_pip = key, False
+            data[key] = value.strip() or []
+        elif item == "- pip:":
+            in_pip = True
+            data[section].append({"pip": []})
+        elif item.startswith("- "):
+            value = item[2:].strip()
+            if in_pip and indent > 4:
+                data[section][-1]["pip"].append(value)
+            else:
+                in_pip = False
+                data[section].append(value)
+    return data
+
+
+def split_environment(env: dict) -> tuple[list[str], dict[str, Requirement], list[str]]:
+    """(conda packages, pip requirements by name, pip option lines)."""
+    conda, pip_lines = [], []
+    for dep in env.get("dependencies", []):
+        if isinstance(dep, dict):
+            pip_lines += dep.get("pip", [])
+        else:
+            conda.append(str(dep))
+    reqs, options = requirements_file("\n".join(pip_lines))
+    return conda, reqs, options
+
+
+# ------------------------------------------------------------------------------ checks
+def _strip_local(spec: SpecifierSet) -> SpecifierSet:
+    """``==2.13.0+cpu`` -> ``==2.13.0``: the local label picks a build, not a release."""
+    return SpecifierSet(",".join(re.sub(r"\+[\w.]+$", "", str(s)) for s in spec))
+
+
+def _exact_torch(req: Requirement) -> str | None:
+    specs = list(req.specifier)
+    if len(specs) == 1 and specs[0].operator == "==":
+        return specs[0].version
+    return None
+
+
+def compare(where: str, base: dict[str, Requirement], other: dict[str, Requirement]) -> list[str]:
+    """Every pyproject dependency present in ``other`` with the same spec, and nothing extra."""
+    problems = []
+    for name, req in base.items():
+        if name not in other:
+            problems.append(f"{where}: missing {req} (pyproject.toml asks for it)")
+        elif _strip_local(other[name].specifier) != req.specifier:
+            problems.append(f"{where}: {name}{other[name].specifier} but pyproject.toml says "
+                            f"{name}{req.specifier}")
+    for name in sorted(set(other) - set(base)):
+        problems.append(f"{where}: {other[name]} is not a dependency in pyproject.toml")
+    return problems
+
+
+def cuda_problems(where: str, names: list[str]) -> list[str]:
+    return [f"{where}: {n} is a CUDA package (this project runs CPU-only torch)"
+            for n in names if CUDA_NAME.match(canonicalize_name(re.split(r"[=<>!~ ]", n)[0]))]
+
+
+def torch_problems(where: str, reqs: dict[str, Requirement], options: list[str], *,
+                   want_local: str | None) -> list[str]:
+    """torch pinned exactly to TORCH, CPU-only: the CPU index is an extra index and the local
+    label (when given) is +cpu, never +cuXXX."""
+    problems = []
+    req = reqs.get("torch")
+    if req is None:
+        return [f"{where}: torch is not listed"]
+    pinned = _exact_torch(req)
+    if pinned is None or Version(pinned).public != TORCH:
+        problems.append(f"{where}: torch must be pinned exactly to =={TORCH}, found torch{req.specifier}")
+    elif (Version(pinned).local or None) != want_local:
+        problems.append(f"{where}: torch=={pinned}: expected local label {want_local!r} "
+                        f"(a +cuXXX label or none on Linux means a CUDA build)")
+    flat = [tok for opt in options for tok in shlex.split(opt)]
+    if "--index-url" in flat or "-i" in flat:
+        problems.append(f"{where}: replaces the main index (use --extra-index-url {CPU_INDEX})")
+    if CPU_INDEX not in flat or flat[flat.index(CPU_INDEX) - 1] != "--extra-index-url":
+        problems.append(f"{where}: needs '--extra-index-url {CPU_INDEX}' for the CPU torch build")
+    return problems
+
+
+def python_problems(where: str, version: str, requires_python: str) -> list[str]:
+    if Version(version) not in SpecifierSet(requires_python):
+        return [f"{where}: Python {version} does not satisfy requires-python {requires_python}"]
+    return []
+
+
+def all_problems(root: Path = ROOT) -> list[str]:
+    """Every way the install files disagree with pyproject.toml (empty when they agree)."""
+    pyproject_text = (root / "pyproject.toml").read_text()
+    base = pyproject_requirements(pyproject_text)
+    requires_python = tomllib.loads(pyproject_text)["project"]["requires-python"]
+    problems = []
+
+    env = environment_yml((root / "environment.yml").read_text())
+    conda, env_reqs, env_opts = split_environment(env)
+    editable = [o for o in env_opts if o.startswith("-e")]
+    env_opts = [o for o in env_opts if not o.startswith("-e")]
+    problems += compare("environment.yml", base, env_reqs)
+    problems += torch_problems("environment.yml", env_reqs, env_opts, want_local=None)
+    problems += cuda_problems("environment.yml", conda + list(env_reqs))
+    for pkg in conda:
+        name = re.split(r"[=<>!~ ]", pkg)[0]
+        if name not in ("python", "pip"):
+            problems.append(f"environment.yml: conda package {pkg!r}: only python and pip come "
+                            "from conda, the rest from pip (same pins as pyproject.toml)")
+    pythons = [p.split("=", 1)[1] for p in conda if p.startswith("python=")]
+    if not pythons:
+        problems.append("environment.yml: no python=X.Y pin")
+    else:
+        problems += python_problems("environment.yml", pythons[0], requires_python)
+    if editable != ["-e .[lab,test]"]:
+        problems.append(f"environment.yml: expected the package itself as '-e .[lab,test]', "
+                        f"found {editable or 'nothing'}")
+
+    binder = root / "binder"
+    req_text = (binder / "requirements.txt").read_text()
+    bin_reqs, bin_opts = requirements_file(req_text)
+    problems += compare("binder/requirements.txt", base, bin_reqs)
+    problems += torch_problems("binder/requirements.txt", bin_reqs, bin_opts, want_local="cpu")
+    problems += cuda_problems("binder/requirements.txt", list(bin_reqs))
+    if (binder / "environment.yml").exists():
+        problems.append("binder/environment.yml exists: repo2docker would ignore requirements.txt")
+    runtime = (binder / "runtime.txt").read_text().strip()
+    if not runtime.startswith("python-"):
+        problems.append(f"binder/runtime.txt: expected python-X.Y, found {runtime!r}")
+    else:
+        problems += python_problems("binder/runtime.txt", runtime[len("python-"):], requires_python)
+    post = binder / "postBuild"
+    post_lines = [ln.strip() for ln in post.read_text().splitlines() if not ln.lstrip().startswith("#")]
+    if not any(re.fullmatch(r"(python -m )?pip install( --no-cache-dir)? -e \.", ln) for ln in post_lines):
+        problems.append("binder/postBuild: does not install the package ('pip install -e .')")
+    if not os.access(post, os.X_OK):
+        problems.append("binder/postBuild: not executable (repo2docker requires chmod +x)")
+    return problems
+
+
+# ------------------------------------------------------------------------------ tests
+def test_install_files_agree_with_pyproject():
+    problems = all_problems()
+    assert not problems, "install files drifted apart:\n  " + "\n  ".join(problems)
+
+
+def _copy_tree(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "binder").mkdir(parents=True)
+    for rel in ("pyproject.toml", "environment.yml", "binder/requirements.txt",
+                "binder/runtime.txt", "binder/postBuild"):
+        (root / rel).write_bytes((ROOT / rel).read_bytes())
+    (root / "binder/postBuild").chmod(0o755)
+    return root
+
+
+@pytest.mark.parametrize("path, old, new, expect", [
+    ("environment.yml", "plotly>=7,<8", "plotly>=6,<8", "environment.yml: plotly<8,>=6 but pyproject.toml says plotly<8,>=7"),
+    ("binder/requirements.txt", "nbval>=0.11,<1\n", "", "binder/requirements.txt: missing nbval"),
+    ("binder/requirements.txt", "torch==2.13.0+cpu", "torch==2.13.0", "expected local label 'cpu'"),
+    ("binder/requirements.txt", "torch==2.13.0+cpu", "torch==2.12.0+cpu", "pinned exactly to ==2.13.0"),
+    ("binder/requirements.txt", "torch==2.13.0+cpu", "torch==2.13.0+cu126", "expected local label 'cpu'"),
+    ("binder/requirements.txt", "numpy>=2,<3", "numpy>=2,<3\nnvidia-cublas-cu12", "CUDA package"),
+    ("binder/requirements.txt", "--extra-index-url", "--index-url", "replaces the main index"),
+    ("environment.yml", "  - pip\n", "  - pip\n  - pytorch-cuda=12.4\n", "pytorch-cuda=12.4 is a CUDA"),
+    ("environment.yml", "      - --extra-index-url https://download.pytorch.org/whl/cpu\n", "",
+     "environment.yml: needs '--extra-index-url"),
+    ("environment.yml", "python=3.11", "python=3.10", "does not satisfy requires-python"),
+    ("pyproject.toml", '"hypothesis>=6,<7",', '"hypothesis>=6,<7",\n    "rich>=13",',
+     "environment.yml: missing rich>=13"),
+    ("binder/postBuild", "python -m pip install --no-cache-dir -e .", "true",
+     "does not install the package"),
+])
+def test_drift_is_detected(tmp_path, path, old, new, expect):
+    """The checker itself: each kind of drift, applied to a copy, is reported."""
+    root = _copy_tree(tmp_path)
+    text = (root / path).read_text()
+    assert old in text, f"test fixture out of date: {old!r} not in {path}"
+    (root / path).write_text(text.replace(old, new, 1))
+    problems = all_problems(root)
+    assert any(expect in p for p in problems), problems
+
+
+def test_tiny_yaml_reader_agrees_with_pyyaml():
+    """The fallback reader (used when PyYAML is absent) reads environment.yml the same way."""
+    yaml = pytest.importorskip("yaml")
+    text = (ROOT / "environment.yml").read_text()
+    assert split_environment(_tiny_environment_yml(text)) == split_environment(yaml.safe_load(text))
+
+
+# ------------------------------------------------------------------------------ slow
+@pytest.mark.slow  # skipped unless pytest --run-slow (tests/conftest.py): a full pip install
+def test_binder_requirements_run_overview_notebook(tmp_path):
+    """Build a venv the way repo2docker does (requirements.txt, then postBuild from the repo
+    root) and execute notebooks/00_overview.ipynb in it."""
+    notebook = ROOT / "notebooks" / "00_overview.ipynb"
+    if not notebook.exists():
+        pytest.fail(f"{notebook} does not exist")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_RETRIES": "1",
+           "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("VIRTUAL_ENV", None)
+    run = dict(cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    try:
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "-r", "binder/requirements.txt"], **run)
+        subprocess.run(["bash", "binder/postBuild"], **run)
+        subprocess.run([str(py), "-m", "ipykernel", "install", "--prefix", str(venv),
+                        "--name", "python3"], **run)
+        out = tmp_path / "executed.ipynb"
+        subprocess.run([str(py), "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
+                        "--ExecutePreprocessor.timeout=300",
+                        "--ExecutePreprocessor.store_widget_state=False",
+                        "--output", str(out), str(notebook)], **run)
+    except subprocess.CalledProcessError as e:
+        pytest.fail(f"{' '.join(map(str, e.cmd))} failed ({e.returncode}):\n{e.stdout[-3000:]}\n"
+                    f"{e.stderr[-3000:]}")
+    torch_version = subprocess.run([str(py), "-c", "import torch; print(torch.__version__)"],
+                                   **run).stdout.strip()
+    assert torch_version == f"{TORCH}+cpu"
+    import json
+
+    cells = json.loads(out.read_text())["cells"]
+    errors = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors, errors

@@ -1,0 +1,178 @@
+"""The traced strategy: graphs without aten.copy, no slow fallback, honest fallback for prod,
+one trace per signature (also across threads), and no leaked functorch state."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from torch.func import vjp, vmap
+
+from funcbwd import catalog, elide, internals, legacy, matrix
+from funcbwd.strategies import get_strategy
+from funcbwd.strategies.traced import Traced, Untraceable, flatten_args, formula_args_for, trace_formula
+
+FIXED_OPS = ("diag", "index_select", "topk", "sort", "mode", "clamp")
+
+
+@pytest.mark.parametrize("op", FIXED_OPS)
+def test_traced_passes_vmap_cotangents_without_slow_fallback(op):
+    for smp in catalog.get_op(op).samples():
+        r = matrix.run(op, "vmap_cotangents", "traced", smp)
+        assert r.status == "pass", (smp.name, r.message)
+        assert r.fallback_ops == [], (smp.name, r.fallback_ops)
+
+
+def test_fallback_detection_is_live_per_formula_diag_uses_copy_fallback():
+    # The empty fallback_ops above mean something: the same detector flags per_formula's diag.
+    r = matrix.run("diag", "vmap_cotangents", "per_formula", "3x5 k=1")
+    assert r.status == "pass"
+    assert any(f.startswith("aten::copy") for f in r.fallback_ops)
+
+
+@pytest.mark.parametrize("op,scenario", [("diag", "vmap_all_args"), ("diag", "jacrev_jacrev"),
+                                         ("clamp", "vmap_all_args"), ("topk", "grad_inside_vmap")])
+def test_traced_runs_with_vmap_fallback_disabled(op, scenario):
+    # With the fallback disabled, any op lacking a batching rule raises instead of looping.
+    smp = catalog.get_op(op).samples()[0]
+    with internals.vmap_fallback_disabled():
+        r = matrix.run(op, scenario, "traced", smp)
+        base = matrix.run(op, scenario, "per_formula", smp)
+    assert r.status == "pass", r.message
+    if op == "diag":
+        assert base.status == "fail" and "fallback" in base.message
+
+
+@pytest.mark.parametrize("op", FIXED_OPS)
+def test_elided_graphs_have_no_aten_copy(op):
+    spec = catalog.get_op(op)
+    saw_copy = False
+    for smp in spec.samples():
+        args = formula_args_for(spec, smp)
+        func = trace_formula(spec.formula, args, elide_copies=False)
+        saw_copy |= elide.count_targets(func) > 0
+        traced = trace_formula(spec.formula, args, elide_copies=True)
+        assert elide.count_targets(traced) == 0
+        assert not any(n.target is torch.ops.aten.copy_.default for n in traced.graph.nodes)
+        # Same values as the formula as written.
+        want = spec.formula(*args)
+        got = traced(*flatten_args(args).tensors)
+        for w, g in zip(spec.outputs_tuple(want), spec.outputs_tuple(got)):
+            assert (w is None) == (g is None)
+            if w is not None:
+                torch.testing.assert_close(g, w)
+    assert saw_copy == (op == "diag")  # only diag's formula has copy_ into a view
+
+
+def test_prod_is_untraceable_with_reason_and_still_passes_via_fallback():
+    st = Traced()
+    reason = st.untraceable("prod")
+    assert reason is not None and "data-dependent" in reason
+    assert "prod" in st.fallbacks
+    assert st.untraceable("diag") is None and "diag" not in st.fallbacks
+    for smp in catalog.get_op("prod").samples()[:4]:
+        r = matrix.run("prod", "vmap_cotangents", st, smp)
+        assert r.status == "pass", (smp.name, r.message)
+
+
+def _vmap_vjp_diag(st, k: int, batch: int = 3):
+    x = torch.randn(3, 5)
+    with st.active():
+        _, fn = vjp(lambda x: legacy.function_for("diag").apply(x, k), x)
+        n = torch.diag(x, k).shape[0]
+        return vmap(fn)(torch.randn(batch, n))[0]
+
+
+def test_cache_reuse_one_trace_per_signature():
+    st = Traced()
+    _vmap_vjp_diag(st, 1)
+    assert st.trace_count == 1
+    _vmap_vjp_diag(st, 1, batch=5)  # batch size is not part of the logical signature
+    assert st.trace_count == 1
+    _vmap_vjp_diag(st, 0)  # k is baked into the graph: a new signature
+    assert st.trace_count == 2
+    assert len(st.cached_graphs("diag")) == 2
+
+
+def test_cache_is_thread_safe():
+    st = Traced()
+    spec = catalog.get_op("index_select")
+    args = formula_args_for(spec, spec.sample())
+    barrier = threading.Barrier(4)
+    results, errors = [], []
+
+    def worker():
+        try:
+            barrier.wait()
+            results.append(st.graph_for(spec, args))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert st.trace_count == 1 and all(r is results[0] for r in results)
+
+
+def test_signature_key_separates_types_and_shapes():
+    g = torch.zeros(3)
+    assert flatten_args((g, 1)).key != flatten_args((g, True)).key
+    assert flatten_args((g, [3, 5])).key != flatten_args((g, [5, 3])).key
+    assert flatten_args((torch.zeros(4), 1)).key != flatten_args((g, 1)).key
+    assert flatten_args((g, None)).key == flatten_args((torch.ones(3), None)).key
+
+
+def test_tracing_inside_vmap_leaves_no_state_behind():
+    st = Traced()
+    before = internals.dispatch_state()
+    seen = []
+    x, result = torch.randn(3, 4), torch.randn(())
+
+    def inner(g):
+        seen.append(internals.dispatch_state())
+        hit = st.graph_for(catalog.get_op("prod"), (g, x, result, None, False))
+        assert isinstance(hit, Untraceable)
+        assert internals.dispatch_state() == seen[0]
+        return g * 2
+
+    vmap(inner)(torch.randn(2))
+    assert internals.dispatch_state() == before
+    assert st.bookkeeping() == {"tracing_in_progress": 0, "lock_held": False}
+
+
+def _copy_cast_broadcast(src: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros(2, 3, 4, dtype=torch.float64)
+    out[1].copy_(src)  # src (4,) float32 broadcast to (3, 4) and cast to float64
+    return out
+
+
+def _copy_whole(src: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(src)
+    out.copy_(src)  # elided to `src` itself: must be cloned, not returned aliased
+    return out
+
+
+def test_elision_casts_broadcasts_and_clones():
+    src = torch.randn(4)
+    gm = trace_formula(_copy_cast_broadcast, (src,), elide_copies=False)
+    report = elide.elide_copies(gm)
+    assert (report.count, report.casts, report.expands, report.clones) == (1, 1, 1, 0)
+    torch.testing.assert_close(gm(src), _copy_cast_broadcast(src))
+    with internals.vmap_fallback_disabled():
+        batched = vmap(gm)(torch.randn(3, 4))
+    assert batched.dtype == torch.float64 and batched.shape == (3, 2, 3, 4)
+
+    gm2 = trace_formula(_copy_whole, (src,), elide_copies=False)
+    report2 = elide.elide_copies(gm2)
+    assert report2.clones == 1
+    out = gm2(src)
+    torch.testing.assert_close(out, src)
+    assert out.data_ptr() != src.data_ptr()
+
+
+def test_registry_instance_is_traced():
+    assert isinstance(get_strategy("traced"), Traced)
