@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lab test test-unit test-notebooks test-browser report clean
+.PHONY: setup lab test test-unit test-notebooks test-browser notebooks report clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,11 +22,24 @@ lab: setup
 report: setup
 	$(PY) -m funcbwd report --out report.html
 
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+
 test: setup
-	$(PY) -m pytest -q tests
+	bash tests/browser_setup.sh || echo "WARNING: could not install chromium; the browser tests will skip and say why"
+	$(PY) -m pytest -q tests notebooks $(NBVAL)
 
 test-unit: setup
-	$(PY) -m pytest -q tests -m "not notebooks and not browser"
+	$(PY) -m pytest -q tests -m "not browser"
+
+test-notebooks: setup
+	$(PY) -m pytest -q notebooks $(NBVAL)
+
+test-browser: setup
+	bash tests/browser_setup.sh || echo "WARNING: could not install chromium; the browser tests will skip and say why"
+	$(PY) -m pytest -q tests -m browser
+
+notebooks: setup
+	$(PY) tools/build_notebooks.py
 
 clean:
 	rm -rf $(VENV) test-output

@@ -129,7 +129,7 @@ for st in CANDIDATES:
 # with no strategy (1.0 = free). From `data/bench-quick.json` if present (not measured here: timing
 # needs a quiet machine); missing means "not measured" and ranks last on this criterion.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 BENCH = os.path.join("..", "data", "bench-quick.json")
 overhead = {st: None for st in CANDIDATES}
 if os.path.exists(BENCH):
@@ -161,14 +161,24 @@ for st in CANDIDATES:
 # `funcbwd.display.rank_strategies` orders the candidates lexicographically by the criteria, most
 # important first: correctness, then the slow fallback, error safety, operator-library growth
 # (for the whole corpus: the FC/BC surface), cost when vmap is off, copies, per-formula code.
+# First on every criterion this notebook computes deterministically (all but the timing):
 
 # %%
 for st in CANDIDATES:
     evidence[st].update(error_safe=safety[st]["error_safe"], new_ops=ops_added_corpus[st],
                         overhead_vmap_off=overhead[st], copies=extra[st], per_op_code=per_op_code[st])
 candidates = {st: evidence[st] for st in CANDIDATES}
-ranked = display.rank_strategies(candidates)
-display.records_table(ranked)
+deterministic = [c for c in display.CRITERIA if c[0] != "overhead_vmap_off"]
+display.records_table(display.rank_strategies(candidates, deterministic))
 
 # %%
-display.recommendation(candidates)
+display.recommendation(candidates, deterministic)
+
+# %% [markdown]
+# With the timing criterion from the saved benchmark included (machine-dependent, so this cell is
+# not compared by the notebook tests; an unmeasured value ranks last on its criterion):
+
+# %% tags=["nbval-ignore-output"]
+ranked = display.rank_strategies(candidates)
+print(display.records_table(ranked), "\n")
+print(display.recommendation(candidates))

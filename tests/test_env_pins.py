@@ -9,6 +9,7 @@ notebook in it (opt-in: ``pytest --run-slow -m slow tests/test_env_pins.py``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -283,12 +284,18 @@ def test_binder_requirements_run_overview_notebook(tmp_path):
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_RETRIES": "1",
            "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     env.pop("VIRTUAL_ENV", None)
+    env.pop("JUPYTER_PATH", None)
+    env["JUPYTER_DATA_DIR"] = str(tmp_path / "jupyter-data")  # no user-level kernel specs
     run = dict(cwd=ROOT, env=env, check=True, capture_output=True, text=True)
     try:
         subprocess.run([str(py), "-m", "pip", "install", "-q", "-r", "binder/requirements.txt"], **run)
         subprocess.run(["bash", "binder/postBuild"], **run)
         subprocess.run([str(py), "-m", "ipykernel", "install", "--prefix", str(venv),
                         "--name", "python3"], **run)
+        specs = json.loads(subprocess.run([str(py), "-m", "jupyter", "kernelspec", "list", "--json"],
+                                          **run).stdout)["kernelspecs"]
+        assert Path(specs["python3"]["resource_dir"]).is_relative_to(venv), \
+            f"the python3 kernel is not the fresh venv's: {specs['python3']['resource_dir']}"
         out = tmp_path / "executed.ipynb"
         subprocess.run([str(py), "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
                         "--ExecutePreprocessor.timeout=300",
@@ -300,8 +307,6 @@ def test_binder_requirements_run_overview_notebook(tmp_path):
     torch_version = subprocess.run([str(py), "-c", "import torch; print(torch.__version__)"],
                                    **run).stdout.strip()
     assert torch_version == f"{TORCH}+cpu"
-    import json
-
     cells = json.loads(out.read_text())["cells"]
     errors = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]

@@ -217,3 +217,10 @@ def test_explorer_updates_views_in_place():
     assert fig.data[0].marker.color[2] == display.STATUS_COLOR["pass_fallback"]
     with pytest.raises(Exception, match="valid strategies"):
         Explorer(SYNTHETIC, strategy="nope", trace_view=fake_view, graph_view=fake_view)
+
+
+def test_verdict_groups_strategies_with_the_same_outcome():
+    same = SYNTHETIC + [_cell("diag", "vmap_cotangents", "whole", "fail", "data_dependent"),
+                        _cell("diag", "jacrev", "whole", "not_applicable")]
+    text = display.verdict_text("diag", same)
+    assert "hooks and whole each pass 0/1; they fail vmap_cotangents" in text

@@ -289,14 +289,22 @@ def verdict_text(op: str, results: Sequence[CellResult]) -> str:
         parts.append(f"{_join(slow)} pass{'es' if len(slow) == 1 else ''} every applicable scenario "
                      f"but use{'s' if len(slow) == 1 else ''} the slow per-sample fallback "
                      f"(for {_join(ops)}).")
+    # Strategies with the same outcome share one sentence.
+    groups: dict[tuple, list[str]] = {}
     for st in partial:
         s = scores[st]
+        key = (s["passed"], s["applicable"], tuple(s["failing"]), tuple(s["wrong"]),
+               tuple(s["reasons"]), tuple(s["not_applicable"]))
+        groups.setdefault(key, []).append(st)
+    for sts in groups.values():
+        s, many = scores[sts[0]], len(sts) > 1
         if not s["applicable"]:
-            parts.append(f"{st} does not apply ({_join(s['not_applicable'])}).")
+            parts.append(f"{_join(sts)} {'do' if many else 'does'} not apply "
+                         f"({_join(s['not_applicable'])}).")
             continue
         reasons = _join(REASONS.get(r, r) for r in s["reasons"])
-        parts.append(f"{st} passes {s['passed']}/{s['applicable']}; it fails {_failing(s)} "
-                     f"({reasons}).")
+        parts.append(f"{_join(sts)} {'each pass' if many else 'passes'} {s['passed']}/{s['applicable']}; "
+                     f"{'they fail' if many else 'it fails'} {_failing(s)} ({reasons}).")
     dd = [st for st, s in scores.items() if st != "plain" and "data_dependent" in s["reasons"]]
     if dd:
         parts.append(f"Data-dependent shapes or control flow stop {_join(dd)}: functionalization "

@@ -1,0 +1,22 @@
+"""The README's strategies table is generated from the saved matrix, and the saved matrix is what
+a fresh run computes (so neither can drift, and the matrix JSON is deterministic across runs)."""
+
+from __future__ import annotations
+
+import json
+
+from funcbwd import readme
+
+
+def test_readme_strategies_table_is_generated_from_the_saved_matrix():
+    text = readme.README.read_text()
+    assert readme.block(text, "strategies") == readme.strategies_markdown(readme.load())
+
+
+def test_saved_matrix_equals_a_fresh_run():
+    saved = json.loads(readme.MATRIX_FILE.read_text())
+    fresh = readme.stable_records(readme.run_test_ops_matrix())
+    assert len(saved) == len(fresh)
+    diffs = [(s["op"], s["sample"], s["scenario"], s["strategy"], s["status"], f["status"])
+             for s, f in zip(saved, fresh) if s != f]
+    assert not diffs, f"{len(diffs)} records differ; regenerate with tools/update_readme.py: {diffs[:5]}"
