@@ -20,3 +20,10 @@ def test_saved_matrix_equals_a_fresh_run():
     diffs = [(s["op"], s["sample"], s["scenario"], s["strategy"], s["status"], f["status"])
              for s, f in zip(saved, fresh) if s != f]
     assert not diffs, f"{len(diffs)} records differ; regenerate with tools/update_readme.py: {diffs[:5]}"
+
+
+def test_readme_bench_headline_is_generated_from_the_saved_run():
+    from funcbwd import bench
+
+    text = readme.README.read_text()
+    assert readme.block(text, "bench") == readme.bench_markdown(bench.load(readme.BENCH_FILE))

@@ -1,13 +1,22 @@
-"""Re-run the test-op matrix, save data/matrix-test-ops.json, and regenerate the README's
-strategies table from it. Usage: python tools/update_readme.py [--reuse]"""
+"""Regenerate the README's computed sections.
+
+Re-runs the test-op matrix (saving data/matrix-test-ops.json) unless --reuse, then rewrites the
+strategies table and the bad-input table from computed results.
+Usage: python tools/update_readme.py [--reuse]"""
 
 import sys
 
-from funcbwd import readme
+from funcbwd import badinput, readme
 
 if __name__ == "__main__":
     results = readme.load() if "--reuse" in sys.argv else readme.run_test_ops_matrix()
     readme.save(results)
     text = readme.README.read_text()
-    readme.README.write_text(readme.replace_block(text, "strategies", readme.strategies_markdown(results)))
-    print(readme.strategies_markdown(results))
+    text = readme.replace_block(text, "strategies", readme.strategies_markdown(results))
+    text = readme.replace_block(text, "bad-input",
+                                badinput.markdown([badinput.try_case(c) for c in badinput.CASES]))
+    from funcbwd import bench
+
+    text = readme.replace_block(text, "bench", readme.bench_markdown(bench.load(readme.BENCH_FILE)))
+    readme.README.write_text(text)
+    print("README.md updated")

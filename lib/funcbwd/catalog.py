@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from . import formulas as L
-from .errors import UnknownNameError
+from .errors import BadInputError, UnknownNameError
 
 Args = tuple[Any, ...]
 
@@ -75,6 +75,34 @@ class OpSpec:
         """The differentiable outputs only (e.g. topk's values, not its indices)."""
         outs = self.outputs_tuple(out)
         return tuple(outs[i] for i in self.diff_outputs)
+
+
+def validate_sample(spec: OpSpec, sample: Sample) -> None:
+    """Reject a sample the scenarios cannot run meaningfully, naming the problem.
+
+    Differentiable args must be real floating-point tensors (the formulas and the loop reference
+    are real-valued), and the op's own forward must accept the args (wrong shapes are caught
+    here, with torch's message, instead of surfacing as a failed cell)."""
+    import torch
+
+    if not isinstance(sample, Sample):
+        raise BadInputError(f"sample must be a funcbwd.catalog.Sample, got {type(sample).__name__}")
+    if not sample.diff:
+        raise BadInputError(f"sample {sample.name!r} of {spec.name} has no differentiable arg (diff=())")
+    for p in sample.diff:
+        a = sample.args[p] if p < len(sample.args) else None
+        if not isinstance(a, torch.Tensor):
+            raise BadInputError(f"{spec.name}: differentiable arg {p} must be a tensor, got "
+                                f"{type(a).__name__}")
+        if a.is_complex() or not a.is_floating_point():
+            raise BadInputError(f"{spec.name}: differentiable arg {p} has dtype {a.dtype}; use "
+                                "float32 or float64 (integer and complex inputs are not supported)")
+    try:
+        with torch.no_grad():
+            spec.torch_op(*sample.args)
+    except (RuntimeError, TypeError, IndexError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BadInputError(f"sample {sample.name!r} is not valid input for {spec.name}: {first}") from e
 
 
 _REGISTRY: dict[str, OpSpec] = {}

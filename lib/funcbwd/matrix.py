@@ -14,7 +14,7 @@ import warnings
 from typing import Any, Iterable, Sequence
 
 from . import catalog, internals
-from .errors import NotApplicableError, parse_names
+from .errors import BadInputError, NotApplicableError, parse_names
 from .scenarios import SCENARIO_NAMES, SCENARIOS, Case, Mismatch, _check_close
 from .strategies import available, get_strategy
 
@@ -92,16 +92,19 @@ def first_line(msg: str, limit: int = 240) -> str:
 def run(op: str | catalog.OpSpec, scenario: str, strategy: str, sample: str | catalog.Sample | None = None,
         *, batch: int | None = None) -> CellResult:
     """Run one cell and compare it with the per-sample loop."""
-    spec = catalog.get_op(op) if isinstance(op, str) else op
+    spec = op if isinstance(op, catalog.OpSpec) else catalog.get_op(op)
     parse_names("scenario", [scenario], SCENARIO_NAMES)
     st = get_strategy(strategy)
     smp = sample if isinstance(sample, catalog.Sample) else spec.sample(sample)
+    catalog.validate_sample(spec, smp)
     result = CellResult(spec.name, smp.name, scenario, st.name, "pass")
     reason = st.not_applicable(spec, scenario)
     if reason:
         result.status, result.reason, result.message = "not_applicable", "", reason
         return result
-    case = Case(spec, smp, st, **({"batch": batch} if batch else {}))
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
+        raise BadInputError(f"batch must be a positive int (the vmap batch size), got {batch!r}")
+    case = Case(spec, smp, st, **({"batch": batch} if batch is not None else {}))
     start = time.perf_counter()
     before = internals.dispatch_state()
     with _CAPTURE_LOCK, warnings.catch_warnings(record=True) as caught:

@@ -82,3 +82,42 @@ def block(text: str, name: str) -> str:
     if not m:
         raise ValueError(f"README has no '{name}' block")
     return m.group(1).rstrip("\n")
+
+
+BENCH_FILE = ROOT / "data" / "bench-quick.json"
+
+
+def bench_markdown(results: dict) -> str:
+    """The headline ratios of a saved bench run, with the command that reproduces them."""
+    from . import bench
+
+    h = bench.headline(results)
+    env = results["environment"]
+    lines = ["| op | best strategy | worst ratio vs builtin (batch >= 64, small) | speedup vs per-sample loop |",
+             "|---|---|---|---|"]
+    for op, row in h["per_op"].items():
+        if not row.get("best"):
+            continue
+        lines.append(f"| {op} | `{row['best']}` | {row['worst_ratio_vs_builtin']:.2f}x "
+                     f"| {row['min_speedup_vs_loop']:.0f}x |")
+    hooks = h.get("hooks_us_per_node_vs_noop_hook") or {}
+    bodies = h.get("hook_bodies_us_per_node_vs_noop") or {}
+    lines.append("")
+    lines.append(f"_From `{BENCH_FILE.relative_to(ROOT)}` (torch {env['torch']}, "
+                 f"{env['cpu_count']} cores, {env['torch_num_threads_used']} torch thread; ratios of "
+                 "medians measured in one run). Reproduce: `python -m funcbwd bench --quick --out "
+                 "data/bench-quick.json`; full run: `python -m funcbwd bench --out data/bench-full.json`._")
+    if hooks or bodies:
+        lines.append("")
+        lines.append(f"`hooks` with vmap off: {_fmt_us(hooks)} per node over a no-op Python hook end to "
+                     f"end; the hook bodies alone: {_fmt_us(bodies)} per node over no-op bodies.")
+    return "\n".join(lines)
+
+
+def _fmt_us(v) -> str:
+    if isinstance(v, dict):
+        noise = v.get("median_noise_us_per_node")
+        v = v.get("median_over_ops")
+        if v is not None and noise is not None:
+            return f"{v:.1f} us (run noise {noise:.0f} us)"
+    return "n/a" if v is None else f"{v:.2f} us"

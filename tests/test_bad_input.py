@@ -1,0 +1,32 @@
+"""Every public entry point rejects bad input with an error that names the problem (and the valid
+choices); the README's bad-input table is exactly what these calls return."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from funcbwd import badinput, readme
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    return [badinput.try_case(c) for c in badinput.CASES]
+
+
+def test_every_bad_input_is_rejected_clearly(outcomes):
+    unclear = [(o.case.entry, o.case.bad, o.error) for o in outcomes if not (o.rejected and o.clear)]
+    assert not unclear, unclear
+    assert len(outcomes) >= 20
+
+
+def test_readme_table_is_generated_from_the_cases(outcomes):
+    assert readme.block(readme.README.read_text(), "bad-input") == badinput.markdown(outcomes)
+
+
+def test_debug_flag_shows_the_traceback():
+    p = subprocess.run([sys.executable, "-m", "funcbwd", "--debug", "matrix", "--ops", "dig"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "Traceback" in p.stderr and "UnknownNameError" in p.stderr
