@@ -22,12 +22,17 @@ import argparse
 import contextlib
 import dataclasses
 import html
+import os
 import re
 import sys
 import warnings
 from typing import Any, Iterator
 
-import torch
+# Kineto (torch.profiler's backend) prints timestamped start/stop lines on stderr unless told
+# otherwise; it reads this once, when the profiler first starts.
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+import torch  # noqa: E402
 from torch.overrides import TorchFunctionMode, resolve_name
 
 from . import catalog, internals
