@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# JupyterLab refuses to start as root (containers, CI) without --allow-root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+LAB_ARGS ?=
+
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks/00_overview.ipynb
+	$(VENV)/bin/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=$(CURDIR) $(LAB_ARGS) notebooks/00_overview.ipynb
 
 report: setup
 	$(PY) -m funcbwd report --out report.html

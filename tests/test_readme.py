@@ -27,3 +27,16 @@ def test_readme_bench_headline_is_generated_from_the_saved_run():
 
     text = readme.README.read_text()
     assert readme.block(text, "bench") == readme.bench_markdown(bench.load(readme.BENCH_FILE))
+
+
+def test_readme_recommendation_matches_the_design_review_notebook():
+    import re
+
+    nb = json.loads((readme.ROOT / "notebooks" / "design_review.ipynb").read_text())
+    texts = ["".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+             for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    winners = {m.group(1) for t in texts for m in [re.search(r"Recommendation: (\w+)\.", t)] if m}
+    runner_up = {m.group(1) for t in texts for m in [re.search(r"Runner-up: (\w+);", t)] if m}
+    text = readme.README.read_text()
+    assert len(winners) == 1 and f"**`{winners.pop()}`**" in text
+    assert runner_up and all(f"`{r}` as the simpler runner-up" in text for r in runner_up)

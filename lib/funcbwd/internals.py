@@ -312,7 +312,7 @@ def scoped_aten_kernel(op_name: str, kernel, dispatch_key: str) -> Iterator[None
         lib.impl(op_name, kernel, dispatch_key)
         yield
     finally:
-        lib._destroy()
+        destroy_library(lib)
 
 
 # ---------------------------------------------------------------------------- dispatcher registry queries
@@ -338,3 +338,20 @@ def has_kernel_for_key(qualified: str, key: str) -> bool:
 def dispatcher_all_op_names() -> set[str]:
     """Every operator name the dispatcher knows ("ns::name"), all namespaces. [display]"""
     return set(torch._C._dispatch_get_all_op_names())
+
+
+# ---------------------------------------------------------------------------- library lifetime, profiler, OpInfo
+def destroy_library(lib: "torch.library.Library") -> None:
+    """Remove every registration a ``torch.library.Library`` made (private ``_destroy``)."""
+    lib._destroy()
+
+
+def profiler_running() -> bool:
+    return bool(torch.autograd.profiler._is_profiler_enabled)
+
+
+def opinfo_database() -> list:
+    """torch's OpInfo list (a testing-internal module; importing it needs ``expecttest``)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return list(op_db)

@@ -403,7 +403,7 @@ def trace(op: str | catalog.OpSpec, strategy: str | Strategy, scenario: str,
         return tr
     case = Case(spec, smp, st)
     prof = None
-    if profile and not torch.autograd.profiler._is_profiler_enabled:
+    if profile and not internals.profiler_running():
         prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                       record_shapes=True)
     before = internals.stack_depth()

@@ -324,9 +324,9 @@ def _load_without_library(spec: "OpSpec", tensors: tuple, template: tuple) -> di
         buf = io.BytesIO()
         torch.export.save(ep, buf)
     except Exception as e:  # noqa: BLE001
-        lib._destroy()
+        internals.destroy_library(lib)
         return {"load_without_library_ok": None, "load_without_library_error": _first_line(e)}
-    lib._destroy()
+    internals.destroy_library(lib)
     with _captured_export_log() as log:
         try:
             torch.export.load(io.BytesIO(buf.getvalue()))
