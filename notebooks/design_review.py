@@ -97,7 +97,7 @@ for st in CANDIDATES:
 # ## 3. Error safety (`funcbwd.display.error_safety`)
 #
 # The thread's requirement for hooks, "(2) unconditionally disabled after it, even if the backward
-# raises", applied to every approach: formulas that raise (`funcbwd.inject`) at three points, as an
+# raises", applied to every approach: formulas that raise (`funcbwd.inject`) at four points, as an
 # Exception and as a KeyboardInterrupt, in two scenarios; the functorch stack, dispatch TLS,
 # Functionalize inclusion, grad mode, fallback flag and the strategy's own bookkeeping must be
 # unchanged afterwards.

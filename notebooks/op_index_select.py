@@ -66,12 +66,8 @@ display.formula_source(OP)
 # %%
 search = ["vmap_cotangents", "vmap_all_args"] + [s for s in matrix.SCENARIO_NAMES
                                                   if s not in ("vmap_cotangents", "vmap_all_args")]
-failing = None
-for sc in search:
-    for smp in spec.samples():
-        cell = matrix.run(OP, sc, "plain", smp)
-        if failing is None and cell.status != "pass":
-            failing = cell
+cells = (matrix.run(OP, sc, "plain", smp) for sc in search for smp in spec.samples())
+failing = next((cell for cell in cells if cell.status != "pass"), None)
 assert failing is not None, "the legacy formula passes everywhere: nothing to reproduce"
 print(f"first failing cell: sample {failing.sample!r}, scenario {failing.scenario}")
 print(f"status: {failing.status} ({failing.reason}: {matrix.REASONS[failing.reason]})")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import warnings
 
 import plotly.graph_objects as go

@@ -5,7 +5,6 @@ the classified reasons."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs

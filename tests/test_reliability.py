@@ -44,6 +44,10 @@ def test_raising_formula_leaves_no_state(strategy, scenario, point):
     # plain may fail on vmap's in-place check before reaching the injected failure
     assert isinstance(info.value, (inject.InjectedError, RuntimeError))
     _builtin_vmap_vjp_is_correct()
+    # and a fixing strategy still works on the real formula afterwards
+    if strategy != "plain":
+        real = matrix.run("diag", scenario, strategy, inject.non_square_sample())
+        assert real.status == "pass", real.record()
 
 
 @pytest.mark.parametrize("point", inject.POINTS)

@@ -439,7 +439,7 @@ def _by_op_scenario(results: Sequence[CellResult]) -> dict[str, dict[tuple[str, 
 def error_safety(strategy: str, scenarios: Sequence[str] = ("vmap_cotangents", "grad_inside_vmap"),
                  base_exception: Sequence[bool] = (False, True)) -> dict[str, Any]:
     """Run formulas that raise (``funcbwd.inject``: before the first op, mid-formula, inside the
-    last op; an Exception and a KeyboardInterrupt) under ``strategy`` and compare torch's
+    last op, after it; an Exception and a KeyboardInterrupt) under ``strategy`` and compare torch's
     transform state and the strategy's own bookkeeping before and after.
 
     The scenario runs directly (not through ``matrix.run``, whose cleanup would hide a leak); a

@@ -16,8 +16,9 @@ import torch
 
 from . import catalog
 
-#: where the formula raises: before any op, after the factory + view, or inside the last op itself
-POINTS = ("before_first_op", "mid_formula", "in_last_op")
+#: where the formula raises: before any op, after the factory + view, inside the last op itself
+#: (torch's own error from copy_), or after the last op has written its result
+POINTS = ("before_first_op", "mid_formula", "in_last_op", "after_last_op")
 
 
 class InjectedError(RuntimeError):
@@ -37,12 +38,13 @@ def _diag_raising(point: str, exc: type[BaseException]) -> Callable[..., Any]:
         diag = grad_input.diagonal(diagonal)
         if point == "mid_formula":
             raise exc("injected mid-formula")
-        if exc is InjectedError:
-            # A real op failure raised by the dispatcher inside copy_ (shape mismatch).
-            diag.copy_(torch.cat([grad, grad], -1))
-        else:
+        if point == "in_last_op":
+            if exc is InjectedError:
+                # A real op failure raised by the dispatcher inside copy_ (shape mismatch).
+                diag.copy_(torch.cat([grad, grad], -1))
             raise exc("injected in the last op")
-        return grad_input
+        diag.copy_(grad)
+        raise exc("injected after the last op")
 
     return formula
 
