@@ -152,6 +152,8 @@ def execute(name: str, timeout: int = CELL_TIMEOUT) -> float:
             os.environ["PYTHONHASHSEED"] = env_hash
     seconds = time.perf_counter() - start
     nb.metadata.pop("widgets", None)  # belt and braces: never store widget state
+    for i, cell in enumerate(nb.cells):  # stable ids: a rebuild changes only what changed
+        cell.id = f"{name}-{i}"[-64:]
     nbformat.write(nb, NOTEBOOKS / f"{name}.ipynb")
     return seconds
 
