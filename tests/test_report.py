@@ -97,21 +97,14 @@ def test_plotlyjs_embedded_once_and_figures_reuse_it(built):
     assert figures >= 1 and page.count("Plotly.newPlot(") - get_plotlyjs().count("Plotly.newPlot(") == figures
 
 
-def test_missing_module_becomes_a_visible_note(monkeypatch):
+def test_missing_saved_data_becomes_a_visible_note(monkeypatch, tmp_path):
     results = matrix.run_matrix(["diag"], ["vmap_cotangents"], ["plain"], samples="first")
     ctx = report.Context(ops=["diag"], scenarios=["vmap_cotangents"], strategies=["plain"],
                          samples="first", figure=report.FigureEmbedder(), results=results)
-    real = report._optional
-
-    def without_trace(name):
-        if name == "funcbwd.trace":
-            raise report.Missing("module funcbwd.trace is not available in this checkout")
-        return real(name)
-
-    monkeypatch.setattr(report, "_optional", without_trace)
+    monkeypatch.setattr(report, "BENCH_JSON", report.ROOT / "data" / "no-such-bench.json")
     sections = {s.id: s for s in report.build_sections(ctx)}
-    assert sections["traces"].status == "missing"
-    assert "funcbwd.trace is not available" in sections["traces"].body
+    assert sections["bench"].status == "missing"
+    assert "no saved bench results" in sections["bench"].body
     assert sections["matrix"].status == "ok"
 
 

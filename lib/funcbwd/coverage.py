@@ -20,7 +20,6 @@ import html
 import io
 import itertools
 import json
-import re
 import sys
 import time
 import warnings
@@ -32,7 +31,8 @@ from torch.utils import _pytree as pytree
 
 from . import internals
 from .errors import BadInputError, UnknownNameError, parse_names
-from .matrix import classify, first_line
+from . import scenarios
+from .matrix import classify, fallback_ops, first_line
 from .strategies import STRATEGY_NAMES, available, get_strategy
 
 SWEEP_STRATEGIES = ("builtin", "whole", "hooks")
@@ -41,7 +41,6 @@ BATCH = 2
 ATOL = RTOL = 1e-4
 DEFAULT_MAX_IN_DIMS = 8
 DEFAULT_BUDGET_S = 2.0
-_FALLBACK_RE = re.compile(r"batching rule for ([\w:.]+)")
 RECORD_KEYS = ("op", "sample", "strategy", "status", "reason", "message", "error_class",
                "fallback_ops", "in_dims_tried", "in_dims_total", "bad_in_dims", "timed_out",
                "seconds", "max_abs_err")
@@ -172,10 +171,8 @@ def add_batch_dim(t: torch.Tensor, bdim: int | None, batch: int = BATCH) -> torc
 
 
 def in_dims_choices(n: int, cap: int | None = DEFAULT_MAX_IN_DIMS) -> tuple[list, int]:
-    """(choices, total): ``(0,)*n`` then every (-1, None) combination except all-None."""
-    choices = [(0,) * n] + [c for c in itertools.product((-1, None), repeat=n)
-                            if any(d is not None for d in c)]
-    return (choices if cap is None else choices[:cap]), len(choices)
+    """(choices, total) of :func:`funcbwd.scenarios.in_dims_choices` (PyTorch's test_vmapvjp)."""
+    return scenarios.in_dims_choices(n, cap), 2 ** n  # (0,)*n plus 2**n - 1 (-1, None) combos
 
 
 def _close(actual: Sequence[Any], ref: Sequence[torch.Tensor]) -> float | None:
@@ -206,8 +203,7 @@ def classify_sweep(exc: BaseException) -> str:
 
 
 def _fallbacks(caught: list) -> set[str]:
-    # "... batching rule for aten::put. Please file ..." : drop the sentence's full stop.
-    return {m.group(1).rstrip(".") for w in caught for m in [_FALLBACK_RE.search(str(w.message))] if m}
+    return set(fallback_ops(caught))
 
 
 def run_strategy(p: Prepared, strategy: str, ref: Sequence[torch.Tensor], *,

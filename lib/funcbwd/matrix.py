@@ -3,6 +3,7 @@ per-sample loop, and classify the outcome. Every cell of every table comes from 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -11,7 +12,7 @@ import re
 import threading
 import time
 import warnings
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Sequence
 
 from . import catalog, internals
 from .errors import BadInputError, NotApplicableError, parse_names
@@ -67,6 +68,11 @@ class CellResult:
         return self.status == "pass"
 
 
+def fallback_ops(caught: Iterable[warnings.WarningMessage]) -> list[str]:
+    """The ATen ops named by vmap's "performance drop ... batching rule for <op>" warnings."""
+    return sorted({m.group(1) for w in caught for m in [_FALLBACK_RE.search(str(w.message))] if m})
+
+
 def classify(exc: BaseException) -> str:
     msg = str(exc)
     if "inplace arithmetic" in msg or re.search(r"vmap: \S+_\(self, \*extra_args\) is not possible", msg):
@@ -90,8 +96,11 @@ def first_line(msg: str, limit: int = 240) -> str:
 
 
 def run(op: str | catalog.OpSpec, scenario: str, strategy: str, sample: str | catalog.Sample | None = None,
-        *, batch: int | None = None) -> CellResult:
-    """Run one cell and compare it with the per-sample loop."""
+        *, batch: int | None = None,
+        around: Callable[[], ContextManager[Any]] | None = None) -> CellResult:
+    """Run one cell and compare it with the per-sample loop.
+
+    ``around`` (e.g. the trace recorder) is entered around the scenario itself."""
     spec = op if isinstance(op, catalog.OpSpec) else catalog.get_op(op)
     parse_names("scenario", [scenario], SCENARIO_NAMES)
     st = get_strategy(strategy)
@@ -110,8 +119,9 @@ def run(op: str | catalog.OpSpec, scenario: str, strategy: str, sample: str | ca
     with _CAPTURE_LOCK, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            actual, expected = SCENARIOS[scenario].run(case)
-            _check_close(actual, expected, case)
+            with around() if around else contextlib.nullcontext():
+                actual, expected = SCENARIOS[scenario].run(case)
+                _check_close(actual, expected, case)
         except NotApplicableError as e:
             result.status, result.message = "not_applicable", str(e)
         except Mismatch as e:
@@ -129,8 +139,7 @@ def run(op: str | catalog.OpSpec, scenario: str, strategy: str, sample: str | ca
         internals.restore_stack_depth(before.depth)
     result.seconds = time.perf_counter() - start
     result.detail = case.detail
-    result.fallback_ops = sorted({m.group(1) for w in caught
-                                  for m in [_FALLBACK_RE.search(str(w.message))] if m})
+    result.fallback_ops = fallback_ops(caught)
     if result.status == "pass":
         result.max_abs_err = 0.0 if result.max_abs_err is None else result.max_abs_err
     return result

@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import datetime
 import html
-import importlib
 import os
 import platform
 import sys
@@ -86,15 +85,6 @@ class Missing(Exception):
     """A section cannot be built because a module or data file is absent (shown as a note)."""
 
 
-def _optional(module: str):
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name != module:
-            raise
-        raise Missing(f"module {module} is not available in this checkout") from None
-
-
 def _note(text: str, cls: str = "note") -> str:
     return f'<div class="{cls}">{html.escape(text)}</div>'
 
@@ -114,7 +104,7 @@ class Context:
 
 
 def matrix_section(ctx: Context) -> str:
-    display = _optional("funcbwd.display")
+    from . import display
     parts = [f"<p>{len(ctx.results)} cells ({ctx.samples} samples): "
              + html.escape(", ".join(f"{s} {sum(r.status == s for r in ctx.results)}"
                                      for s in matrix.STATUSES)) + ".</p>",
@@ -127,7 +117,7 @@ def matrix_section(ctx: Context) -> str:
 
 
 def verdict_section(ctx: Context) -> str:
-    display = _optional("funcbwd.display")
+    from . import display
     return "\n".join(f'<div class="verdict"><b>{html.escape(op)}.</b> '
                      f"{html.escape(display.verdict_text(op, ctx.results))}</div>" for op in ctx.ops)
 
@@ -139,7 +129,7 @@ def _trace_scenario(ctx: Context, op: str) -> str:
 
 
 def trace_section(ctx: Context) -> str:
-    trace = _optional("funcbwd.trace")
+    from . import trace
     parts = ["<p>What each backward formula executes in one scenario, and how vmap handles each "
              f"call: the legacy formula (plain) where it fails, then {FIX_STRATEGY} in the same "
              "scenario.</p>"]
@@ -153,7 +143,7 @@ def trace_section(ctx: Context) -> str:
 
 
 def graph_section(ctx: Context) -> str:
-    graphs = _optional("funcbwd.graphs")
+    from . import graphs
     parts = ["<p>Each op's backward formula as written (plain) against what the traced strategy "
              "runs (functionalized, copies elided): FX graphs, removed lines red, added green.</p>"]
     for op in ctx.ops:
@@ -163,22 +153,21 @@ def graph_section(ctx: Context) -> str:
 
 
 def bench_section(ctx: Context) -> str:
-    bench, plots = _optional("funcbwd.bench"), _optional("funcbwd.plots")
+    from . import bench, plots
     if not BENCH_JSON.exists():
         raise Missing(f"no saved bench results at {BENCH_JSON.relative_to(ROOT)} "
                       "(produce them with: python -m funcbwd bench --out data/bench-quick.json)")
     results = bench.load(str(BENCH_JSON))
     parts = [f"<p>From {html.escape(str(BENCH_JSON.relative_to(ROOT)))}; times only as ratios "
              "(same machine, same run).</p>"]
-    if hasattr(bench, "format_headline") and hasattr(bench, "headline"):
-        parts.append(_pre(bench.format_headline(bench.headline(results))))
+    parts.append(_pre(bench.format_headline(bench.headline(results))))
     for name, fig in plots.all_figures(results).items():
         parts.append(f"<h3>{html.escape(name)}</h3>" + ctx.figure(fig))
     return "\n".join(parts)
 
 
 def coverage_section(ctx: Context) -> str:
-    coverage = _optional("funcbwd.coverage")
+    from . import coverage
     if not COVERAGE_JSON.exists():
         raise Missing(f"no saved coverage sweep at {COVERAGE_JSON.relative_to(ROOT)} "
                       "(produce it with: python -m funcbwd coverage --out data/coverage-default.json)")
@@ -194,59 +183,38 @@ def coverage_section(ctx: Context) -> str:
 CANDIDATES = ("composite", "hooks", "whole", "per_formula", "traced")
 
 
-def matrix_evidence(results: Sequence[matrix.CellResult]) -> dict[str, dict[str, Any]]:
-    """coverage and fallback_cells per strategy (``display.matrix_evidence`` when present)."""
-    display = _optional("funcbwd.display")
-    if hasattr(display, "matrix_evidence"):
-        return {st: dict(e) for st, e in display.matrix_evidence(results).items()}
-    out: dict[str, dict[str, Any]] = {}
-    for (op, sc, st), cell in matrix.summarize(results).items():
-        e = out.setdefault(st, {"_pass": 0, "_applicable": 0, "fallback_cells": 0})
-        if cell["status"] != "not_applicable":
-            e["_applicable"] += 1
-            e["_pass"] += cell["status"] == "pass"
-            e["fallback_cells"] += cell["status"] == "pass" and bool(cell["fallback_ops"])
-    for e in out.values():
-        n = e.pop("_applicable")
-        e["coverage"] = round(e.pop("_pass") / n, 3) if n else None
-    return out
-
-
 def design_evidence(ctx: Context) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """The design-review criteria, measured with the same library calls as
-    notebooks/design_review (where a call is missing or fails, the criterion stays None =
-    not measured, which ranks last). Returns (evidence, criterion -> how it was measured)."""
-    display, graphs = _optional("funcbwd.display"), _optional("funcbwd.graphs")
+    notebooks/design_review (without a saved bench run the timing criterion stays None = not
+    measured, which ranks last). Returns (evidence, criterion -> how it was measured)."""
+    from . import display, graphs
+
     cands = [st for st in CANDIDATES if st in ctx.strategies]
-    evidence = {st: e for st, e in matrix_evidence(ctx.results).items() if st in cands}
-    how = {"coverage": "matrix above", "fallback_cells": "matrix above"}
-    if hasattr(display, "error_safety"):
-        for st in cands:
-            evidence[st]["error_safe"] = display.error_safety(st)["error_safe"]
-        how["error_safe"] = "display.error_safety (formulas raising mid-backward)"
-    if hasattr(graphs, "copy_table"):
-        rows = graphs.copy_table(ops=ctx.ops, vmap=True)
-        for st in cands:
-            form = graphs.STRATEGY_FORMS.get(st)
-            evidence[st]["copies"] = sum(r["extra_copies"] for r in rows
-                                         if r["form"] == form and r["extra_copies"] is not None)
-        how["copies"] = "graphs.copy_table (vmap, extra copies over builtin)"
+    evidence = {st: dict(e) for st, e in display.matrix_evidence(ctx.results).items() if st in cands}
+    how = {"coverage": "matrix above", "fallback_cells": "matrix above",
+           "error_safe": "display.error_safety (formulas raising mid-backward)",
+           "copies": "graphs.copy_table (vmap, extra copies over builtin)",
+           "per_op_code": "display.needs_per_op_input (diag without its schema)"}
+    rows = graphs.copy_table(ops=ctx.ops, vmap=True)
+    for st in cands:
+        evidence[st]["error_safe"] = display.error_safety(st)["error_safe"]
+        form = graphs.STRATEGY_FORMS.get(st)
+        evidence[st]["copies"] = sum(r["extra_copies"] for r in rows
+                                     if r["form"] == form and r["extra_copies"] is not None)
+        evidence[st]["per_op_code"] = display.needs_per_op_input(st)
     if BENCH_JSON.exists():
-        bench = _optional("funcbwd.bench")
+        from . import bench
+
         rows = bench.overhead_rows(bench.load(str(BENCH_JSON)))
         for st in cands:
             ratios = [r["ratio_vs_none"] for r in rows if r["label"] == st]
             evidence[st]["overhead_vmap_off"] = round(sum(ratios) / len(ratios), 2) if ratios else None
         how["overhead_vmap_off"] = f"{BENCH_JSON.relative_to(ROOT)} (bench.overhead_rows)"
-    if hasattr(display, "needs_per_op_input"):
-        for st in cands:
-            evidence[st]["per_op_code"] = display.needs_per_op_input(st)
-        how["per_op_code"] = "display.needs_per_op_input (diag without its schema)"
     return evidence, how
 
 
 def design_section(ctx: Context) -> str:
-    display = _optional("funcbwd.display")
+    from . import display
     evidence, how = design_evidence(ctx)
     if not evidence:
         raise Missing("none of the candidate strategies (" + ", ".join(CANDIDATES) + ") was run")

@@ -104,13 +104,13 @@ def slice_arg(a: torch.Tensor, b: int, in_dim: int | None) -> torch.Tensor:
     return a if in_dim is None else a.select(in_dim, b).clone()
 
 
-def in_dims_choices(n: int, cap: int = MAX_IN_DIMS_CHOICES) -> list[tuple[int | None, ...]]:
+def in_dims_choices(n: int, cap: int | None = MAX_IN_DIMS_CHOICES) -> list[tuple[int | None, ...]]:
     """PyTorch's test_vmapvjp choices: all 0, then every (-1, None) combination except all-None."""
     choices: list[tuple[int | None, ...]] = [(0,) * n]
     for combo in itertools.product((-1, None), repeat=n):
         if any(c is not None for c in combo):
             choices.append(combo)
-    return choices[:cap]
+    return choices if cap is None else choices[:cap]
 
 
 # ------------------------------------------------------------------------------ the scenarios

@@ -25,7 +25,6 @@ import html
 import os
 import re
 import sys
-import warnings
 from typing import Any, Iterator
 
 # Kineto (torch.profiler's backend) prints timestamped start/stop lines on stderr unless told
@@ -35,13 +34,12 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 import torch  # noqa: E402
 from torch.overrides import TorchFunctionMode, resolve_name
 
-from . import catalog, internals
-from .errors import NotApplicableError, check_name
-from .matrix import classify, first_line
-from .scenarios import SCENARIO_NAMES, SCENARIOS, Case, Mismatch, _check_close
+from . import catalog, internals, matrix
+from .errors import check_name
+from .matrix import first_line
+from .scenarios import SCENARIO_NAMES
 from .strategies import Strategy, get_strategy
 
-_FALLBACK_WARNING = re.compile(r"batching rule for (\w+::\w+(?:\.\w+)?)")
 #: in-place dunders (``__iadd__`` ends with "_" too, but so does ``__getitem__``)
 _INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
                     "__ifloordiv__", "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__",
@@ -397,35 +395,18 @@ def trace(op: str | catalog.OpSpec, strategy: str | Strategy, scenario: str,
     st = get_strategy(strategy)
     smp = sample if isinstance(sample, catalog.Sample) else spec.sample(sample)
     tr = Trace(spec.name, smp.name, st.name, scenario)
-    reason = st.not_applicable(spec, scenario)
-    if reason:
-        tr.status, tr.error = "not_applicable", reason
-        return tr
-    case = Case(spec, smp, st)
     prof = None
     if profile and not internals.profiler_running():
         prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                       record_shapes=True)
-    before = internals.stack_depth()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            with prof or contextlib.nullcontext(), recording(st, tr, mark=prof is not None):
-                actual, expected = SCENARIOS[scenario].run(case)
-                _check_close(actual, expected, case)
-        except NotApplicableError as e:
-            tr.status, tr.error = "not_applicable", str(e)
-        except Mismatch as e:
-            tr.status, tr.error = "mismatch", str(e)
-        except Exception as e:  # noqa: BLE001 - the failure is what the trace explains
-            tr.status, tr.reason = "fail", classify(e)
-            tr.error = f"{type(e).__name__}: {first_line(str(e))}"
-        finally:
-            internals.restore_stack_depth(before)  # a failing transform must not leak levels
+    # The cell runs exactly as in the matrix; the recorder is entered around the scenario.
+    with prof or contextlib.nullcontext():
+        cell = matrix.run(spec, scenario, st, smp,
+                          around=lambda: recording(st, tr, mark=prof is not None))
     if prof is not None:
         _attribute(tr, _dispatcher_tree(prof))
-    tr.fallback_ops = sorted({m.group(1) for w in caught
-                              for m in [_FALLBACK_WARNING.search(str(w.message))] if m})
+    tr.status, tr.reason, tr.fallback_ops = cell.status, cell.reason, cell.fallback_ops
+    tr.error = f"{cell.error_class}: {cell.message}" if cell.error_class else cell.message
     return tr
 
 
