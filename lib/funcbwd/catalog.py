@@ -53,8 +53,14 @@ class OpSpec:
     schema: str
     diff_outputs: tuple[int, ...] = (0,)
     jvp: Callable[[Args, tuple, tuple], tuple] | None = None
-    group: str = "test"  # "test" (the 8 ops of functorch#241), "extended", "negative_control"
+    group: str = "test"  # "test" (the 8 ops of functorch#241), "extended", "negative_control", "live"
     notes: str = ""
+    #: The modern out-of-place formula (as core has it today), same signature as ``formula``:
+    #: the ``handfixed`` reference strategy runs it through the same machinery.
+    handfixed: Callable[..., Any] | None = None
+    #: "backward" (``formula`` is a vjp formula) or "jvp" (``formula`` is a forward-mode formula:
+    #: ``formula_args(args, outputs, tangents)`` builds its args, it returns the output tangents).
+    kind: str = "backward"
 
     def samples(self) -> list[Sample]:
         return self.make_samples()
