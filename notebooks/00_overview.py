@@ -33,7 +33,10 @@ os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 import torch
 from torch.func import vmap
 
-from funcbwd import catalog, display, internals, matrix
+from funcbwd import internals
+from funcbwd.ops import registry
+from funcbwd.run import matrix
+from funcbwd.views import display
 from funcbwd.strategies import available, get_strategy
 
 display.setup_notebook()
@@ -43,7 +46,7 @@ print("strategies:", ", ".join(available()))
 # ## 1. One failing call
 #
 # `diag` of a non-square matrix. Its legacy backward (PyTorch ~1.10) is re-created line for line in
-# `funcbwd.formulas`; the `plain` strategy runs it as written.
+# `funcbwd.ops.legacy_formulas`; the `plain` strategy runs it as written.
 
 # %%
 display.formula_source("diag")
@@ -53,7 +56,7 @@ display.formula_source("diag")
 # strategy supplies the differentiated function and the `vjp` entry point.
 
 # %%
-spec = catalog.get_op("diag")
+spec = registry.get_op("diag")
 x, k = spec.sample("3x5 k=1").args
 cotangents = torch.randn(3, *torch.diag(x, k).shape, generator=torch.Generator().manual_seed(0))
 
@@ -117,7 +120,7 @@ assert torch.allclose(grads, loop, atol=1e-6)
 # %% [markdown]
 # ## 4. The matrix: every op x scenario x strategy
 #
-# `funcbwd.matrix.run_matrix` runs each of the 8 test ops of functorch#241 (first sample here; the
+# `funcbwd.run.matrix.run_matrix` runs each of the 8 test ops of functorch#241 (first sample here; the
 # per-op notebooks run every sample) in 8 transform scenarios under every strategy, and compares
 # each result with a per-sample Python loop. Strategies:
 
@@ -126,7 +129,7 @@ for name in available():
     print(f"{name:12s} {get_strategy(name).summary}")
 
 # %%
-results = matrix.run_matrix(ops=catalog.TEST_OPS, samples="first")
+results = matrix.run_matrix(ops=registry.TEST_OPS, samples="first")
 print(len(results), "cells;", {s: sum(r.status == s for r in results) for s in matrix.STATUSES})
 
 # %% [markdown]
@@ -181,7 +184,7 @@ display.records_table(rows)
 # above are run on demand.
 
 # %%
-from funcbwd.widgets import Explorer
+from funcbwd.views.widgets import Explorer
 
 explorer = Explorer(results, op="diag", strategy="plain", scenario="vmap_cotangents")
 assert explorer.summary("diag", "vmap_cotangents", "plain")["status"] == "fail"

@@ -22,7 +22,7 @@
 #
 # The sweep takes minutes, so it is read from a saved result:
 # `python -m funcbwd coverage --out data/coverage-default.json`. Everything below is computed from
-# that file by `funcbwd.coverage` functions.
+# that file by `funcbwd.measure.coverage` functions.
 
 # %%
 import os
@@ -31,7 +31,8 @@ import os
 # timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from funcbwd import coverage, display
+from funcbwd.measure import coverage
+from funcbwd.views import display
 
 display.setup_notebook()
 PATH = os.path.join("..", "data", "coverage-default.json")

@@ -35,7 +35,10 @@ import os
 # timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from funcbwd import catalog, display, graphs, matrix
+from funcbwd.observe import graphs
+from funcbwd.ops import registry
+from funcbwd.run import matrix
+from funcbwd.views import display
 from funcbwd.strategies import available, get_strategy
 
 display.setup_notebook()
@@ -44,20 +47,20 @@ REFERENCES = [s for s in ("plain", "builtin") if s in available()]
 print("candidates:", ", ".join(CANDIDATES), "| references:", ", ".join(REFERENCES))
 
 # %% [markdown]
-# ## 1. Correctness coverage and nesting (`funcbwd.matrix.run_matrix`)
+# ## 1. Correctness coverage and nesting (`funcbwd.run.matrix.run_matrix`)
 #
 # Every test op (first sample) in every scenario, one strategy at a time, recording the operators
-# the dispatcher learns meanwhile (`funcbwd.display.new_operators`): the operator-library growth
+# the dispatcher learns meanwhile (`funcbwd.views.display.new_operators`): the operator-library growth
 # each approach causes for the 8 ops. torch registers some of its own operators lazily on first use
 # of its transforms, so every strategy first runs once on a throwaway copy of diag
-# (`funcbwd.display.warm_up_strategies`).
+# (`funcbwd.views.display.warm_up_strategies`).
 
 # %%
 display.warm_up_strategies(REFERENCES + CANDIDATES)
 results, added_test = [], {}
 for st in REFERENCES + CANDIDATES:
     cells, added_test[st] = display.new_operators(
-        lambda: matrix.run_matrix(ops=catalog.TEST_OPS, strategies=[st], samples="first"))
+        lambda: matrix.run_matrix(ops=registry.TEST_OPS, strategies=[st], samples="first"))
     results += cells
 ops_added_test = {st: len(names) for st, names in added_test.items()}
 for st, names in added_test.items():
@@ -76,13 +79,13 @@ for st in CANDIDATES:
     print(f"{st:12s} not fully passing: {', '.join(missing) or '(none)'}")
 
 # %% [markdown]
-# ## 2. The extended corpus: reach and library growth (`funcbwd.matrix.run`)
+# ## 2. The extended corpus: reach and library growth (`funcbwd.run.matrix.run`)
 #
-# The further legacy formulas of `funcbwd.corpus` (beyond the 8 test ops), in the scenario of the original report
+# The further legacy formulas of `funcbwd.ops.corpus` (beyond the 8 test ops), in the scenario of the original report
 # (`vmap_cotangents`, first sample), again recording the operators added.
 
 # %%
-corpus_ops = [op for op in catalog.op_names() if op not in catalog.TEST_OPS]
+corpus_ops = [op for op in registry.op_names() if op not in registry.TEST_OPS]
 corpus, ops_added_corpus = {}, {}
 for st in CANDIDATES:
     corpus[st], added = display.new_operators(lambda: [matrix.run(op, "vmap_cotangents", st) for op in corpus_ops])
@@ -94,10 +97,10 @@ for st in CANDIDATES:
     print(f"{st:12s} fixes {fixed}/{len(plain_fails)}, ops added: {ops_added_corpus[st]}")
 
 # %% [markdown]
-# ## 3. Error safety (`funcbwd.display.error_safety`)
+# ## 3. Error safety (`funcbwd.views.display.error_safety`)
 #
 # The thread's requirement for hooks, "(2) unconditionally disabled after it, even if the backward
-# raises", applied to every approach: formulas that raise (`funcbwd.inject`) at four points, as an
+# raises", applied to every approach: formulas that raise (`funcbwd.ops.inject`) at four points, as an
 # Exception and as a KeyboardInterrupt, in two scenarios; the functorch stack, dispatch TLS,
 # Functionalize inclusion, grad mode, fallback flag and the strategy's own bookkeeping must be
 # unchanged afterwards.
@@ -108,14 +111,14 @@ for st, s in safety.items():
     print(f"{st:12s} {s['checked']} raising backwards, leaks: {'; '.join(s['leaks']) or 'none'}")
 
 # %% [markdown]
-# ## 4. Copies (`funcbwd.graphs.copy_table`, vmap, batch 4)
+# ## 4. Copies (`funcbwd.observe.graphs.copy_table`, vmap, batch 4)
 #
 # Extra copy-like ops over `builtin`, summed over the test ops whose formula can be captured;
-# each strategy runs the form `funcbwd.graphs.STRATEGY_FORMS` names (`functionalized` for
+# each strategy runs the form `funcbwd.observe.graphs.STRATEGY_FORMS` names (`functionalized` for
 # composite, hooks, whole and per_formula; `traced` for traced).
 
 # %%
-copy_rows = graphs.copy_table(ops=catalog.TEST_OPS, vmap=True)
+copy_rows = graphs.copy_table(ops=registry.TEST_OPS, vmap=True)
 extra = {}
 for st in CANDIDATES:
     form = graphs.STRATEGY_FORMS[st]
@@ -123,7 +126,7 @@ for st in CANDIDATES:
     print(f"{st:12s} form {form:15s} extra copies: {extra[st]}")
 
 # %% [markdown]
-# ## 5. Cost when vmap is off (`funcbwd.bench.overhead_rows`, saved benchmark)
+# ## 5. Cost when vmap is off (`funcbwd.measure.bench.overhead_rows`, saved benchmark)
 #
 # The mean, over ops, of a plain backward's time with the strategy installed divided by the time
 # with no strategy (1.0 = free). From `data/bench-quick.json` if present (not measured here: timing
@@ -133,7 +136,7 @@ for st in CANDIDATES:
 BENCH = os.path.join("..", "data", "bench-quick.json")
 overhead = {st: None for st in CANDIDATES}
 if os.path.exists(BENCH):
-    from funcbwd import bench
+    from funcbwd.measure import bench
 
     rows = bench.overhead_rows(bench.load(BENCH))
     for st in CANDIDATES:
@@ -142,7 +145,7 @@ if os.path.exists(BENCH):
 print({st: overhead[st] for st in CANDIDATES})
 
 # %% [markdown]
-# ## 6. Maintenance (`funcbwd.display.needs_per_op_input`)
+# ## 6. Maintenance (`funcbwd.views.display.needs_per_op_input`)
 #
 # What must be written by hand for each new formula beyond the formula itself: measured by blanking
 # the op's hand-written schema and checking whether the strategy still fixes diag. Reach: whether
@@ -158,7 +161,7 @@ for st in CANDIDATES:
 # %% [markdown]
 # ## 7. Decision table and recommendation
 #
-# `funcbwd.display.rank_strategies` orders the candidates lexicographically by the criteria, most
+# `funcbwd.views.display.rank_strategies` orders the candidates lexicographically by the criteria, most
 # important first: correctness, then the slow fallback, error safety, operator-library growth
 # (for the whole corpus: the FC/BC surface), cost when vmap is off, copies, per-formula code.
 # First on every criterion this notebook computes deterministically (all but the timing):

@@ -30,18 +30,21 @@ import os
 # timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from funcbwd import catalog, display, graphs, matrix, trace
+from funcbwd.observe import graphs, trace
+from funcbwd.ops import registry
+from funcbwd.run import matrix
+from funcbwd.views import display
 from funcbwd.strategies import available
 
 display.setup_notebook()
 OP = "topk"
-spec = catalog.get_op(OP)
+spec = registry.get_op(OP)
 
 # %% [markdown]
 # ## 1. The op and its legacy formula
 #
 # The formula below is funcbwd's line-for-line Python re-creation of the C++ backward of early
-# 2022 (`funcbwd.formulas`); the legacy op runs torch's forward and this backward.
+# 2022 (`funcbwd.ops.legacy_formulas`); the legacy op runs torch's forward and this backward.
 
 # %%
 print("op:        ", spec.name, f"[{spec.group}]")
@@ -74,7 +77,7 @@ print(f"status: {failing.status} ({failing.reason}: {matrix.REASONS[failing.reas
 print("error:", failing.error_class + ":", matrix.first_line(failing.message, 200))
 
 # %% [markdown]
-# The dispatch-key trace of that cell (`funcbwd.trace.trace`): each torch call the formula made,
+# The dispatch-key trace of that cell (`funcbwd.observe.trace.trace`): each torch call the formula made,
 # the functorch interpreter stack, each tensor argument's wrapper chain, and how vmap handles the
 # op. The failing call is marked. Only the last formula call is shown (the one that failed;
 # `vmap_all_args` calls the formula once per in_dims choice).
@@ -88,7 +91,7 @@ assert t.status == failing.status and t.reason == failing.reason
 # %% [markdown]
 # ## 3. Every strategy in every scenario
 #
-# `funcbwd.matrix.run_matrix(ops=[OP])`: every sample of the op, in every scenario, under every
+# `funcbwd.run.matrix.run_matrix(ops=[OP])`: every sample of the op, in every scenario, under every
 # strategy, each compared with a per-sample loop over plain autograd (atol = rtol = 1e-4).
 # A cell shows the worst sample; `k/n` is how many samples passed.
 
@@ -118,7 +121,7 @@ print("no fallback:", ", ".join(st for st in available() if st not in fallback) 
 # %% [markdown]
 # ## 4. The formula's graph: plain -> functionalized -> elided
 #
-# `funcbwd.graphs.capture` traces the formula with `make_fx` for the op's first sample: as
+# `funcbwd.observe.graphs.capture` traces the formula with `make_fx` for the op's first sample: as
 # written (`plain`), under `torch.func.functionalize` (what `per_formula` runs) and after the FX
 # pass that elides functionalization's `aten.copy` (what `traced` runs).
 
@@ -160,7 +163,8 @@ for vmapped in (False, True):
 BENCH = os.path.join("..", "data", "bench-quick.json")
 bench_results = None
 if os.path.exists(BENCH):
-    from funcbwd import bench, plots
+    from funcbwd.measure import bench
+    from funcbwd.views import plots
 
     bench_results = bench.load(BENCH)
     for metric in ("ratio_vs_builtin", "speedup_vs_loop"):
@@ -184,7 +188,7 @@ if bench_results is not None:
 # %% [markdown]
 # ## 6. Verdict
 #
-# Generated from the results above by `funcbwd.display.verdict(OP, results)`:
+# Generated from the results above by `funcbwd.views.display.verdict(OP, results)`:
 
 # %%
 display.verdict(OP, results)

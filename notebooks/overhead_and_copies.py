@@ -20,7 +20,7 @@
 # asked: "how bad is the performance overhead for functionalization, really?"
 #
 # Two kinds of evidence here:
-# - **copies**, counted from the formulas' FX graphs by `funcbwd.graphs.copy_table`, computed live
+# - **copies**, counted from the formulas' FX graphs by `funcbwd.observe.graphs.copy_table`, computed live
 #   (deterministic, so the notebook tests compare them);
 # - **time and memory**, from a saved benchmark (`python -m funcbwd bench --quick --out
 #   data/bench-quick.json`), shown as ratios measured within one run (machine-dependent, so their
@@ -33,7 +33,9 @@ import os
 # timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from funcbwd import catalog, display, graphs
+from funcbwd.observe import graphs
+from funcbwd.ops import registry
+from funcbwd.views import display
 
 display.setup_notebook()
 BENCH = os.path.join("..", "data", "bench-quick.json")
@@ -49,7 +51,7 @@ print("saved bench results:", "present" if os.path.exists(BENCH) else "missing")
 # extra copies (`stack`, repeated `copy`); `extra_*` columns are the excess over `builtin`.
 
 # %%
-copies = graphs.copy_table(ops=catalog.TEST_OPS, vmap=True)
+copies = graphs.copy_table(ops=registry.TEST_OPS, vmap=True)
 print(graphs.format_copy_table(copies))
 
 # %% [markdown]
@@ -57,10 +59,10 @@ print(graphs.format_copy_table(copies))
 
 # %%
 by = {(r["op"], r["form"]): r for r in copies}
-ok = [op for op in catalog.TEST_OPS if not by[(op, "functionalized")]["error"]]
+ok = [op for op in registry.TEST_OPS if not by[(op, "functionalized")]["error"]]
 more = [op for op in ok if by[(op, "functionalized")]["copies"] > by[(op, "traced")]["copies"]]
 same = [op for op in ok if by[(op, "functionalized")]["copies"] == by[(op, "traced")]["copies"]]
-failed = [op for op in catalog.TEST_OPS if by[(op, "functionalized")]["error"]]
+failed = [op for op in registry.TEST_OPS if by[(op, "functionalized")]["error"]]
 print("functionalized has more copies than traced:", ", ".join(more) or "(none)")
 print("same copies:", ", ".join(same) or "(none)")
 print("not capturable (data-dependent):", ", ".join(failed) or "(none)")
@@ -82,7 +84,8 @@ assert all(by[(op, "traced")]["copies"] <= by[(op, "functionalized")]["copies"] 
 # %% tags=["nbval-ignore-output"]
 bench_results = None
 if os.path.exists(BENCH):
-    from funcbwd import bench, plots
+    from funcbwd.measure import bench
+    from funcbwd.views import plots
 
     bench_results = bench.load(BENCH)
     figures = plots.all_figures(bench_results)

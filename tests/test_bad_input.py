@@ -8,12 +8,13 @@ import sys
 
 import pytest
 
-from funcbwd import badinput, readme
+from funcbwd.measure import bad_input
+from funcbwd.views import readme
 
 
 @pytest.fixture(scope="module")
 def outcomes():
-    return [badinput.try_case(c) for c in badinput.CASES]
+    return [bad_input.try_case(c) for c in bad_input.CASES]
 
 
 def test_every_bad_input_is_rejected_clearly(outcomes):
@@ -23,7 +24,7 @@ def test_every_bad_input_is_rejected_clearly(outcomes):
 
 
 def test_readme_table_is_generated_from_the_cases(outcomes):
-    assert readme.block(readme.README.read_text(), "bad-input") == badinput.markdown(outcomes)
+    assert readme.block(readme.README.read_text(), "bad-input") == bad_input.markdown(outcomes)
 
 
 def test_debug_flag_shows_the_traceback():

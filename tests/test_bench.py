@@ -1,4 +1,4 @@
-"""funcbwd.bench, funcbwd.copy_rule and funcbwd.plots: the harness on a tiny config, the ratio
+"""funcbwd.measure.bench, funcbwd.batching.copy and funcbwd.views.plots: the harness on a tiny config, the ratio
 math on synthetic medians, the scoped aten::copy vmap rule. Never a timing threshold."""
 
 from __future__ import annotations
@@ -12,8 +12,12 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from funcbwd import bench, catalog, cli, internals, matrix, plots
-from funcbwd.copy_rule import batched_copy_rule, copy_rule_active
+from funcbwd import cli, internals
+from funcbwd.measure import bench
+from funcbwd.ops import registry
+from funcbwd.run import matrix
+from funcbwd.views import plots
+from funcbwd.batching.copy import batched_copy_rule, copy_rule_active
 from funcbwd.errors import BadInputError, UnknownNameError
 
 
@@ -194,15 +198,15 @@ def test_plots_build_small_figures(tiny):
 
 # ------------------------------------------------------------------------------ sizes and input errors
 def test_resize_scales_every_dim_and_keeps_the_op_valid():
-    for op in catalog.TEST_OPS:
-        spec = catalog.get_op(op)
+    for op in registry.TEST_OPS:
+        spec = registry.get_op(op)
         small, large = bench.resize(spec, "small"), bench.resize(spec, "large")
         assert small.name == spec.samples()[0].name and large.name.endswith("x16")
         x0, x1 = small.args[small.diff[0]], large.args[large.diff[0]]
         assert list(x1.shape) == [16 * s for s in x0.shape], op
         with torch.no_grad():
             spec.torch_op(*large.args)
-    x, dim, idx = bench.resize(catalog.get_op("index_select"), "large").args
+    x, dim, idx = bench.resize(registry.get_op("index_select"), "large").args
     assert idx.numel() == 80 and int(idx.max()) < x.shape[dim]
 
 
@@ -237,7 +241,7 @@ def test_copy_rule_is_scoped_nested_and_removed_on_error():
 
 
 def test_copy_rule_removes_the_fallback_and_matches_the_loop():
-    spec = catalog.get_op("diag")
+    spec = registry.get_op("diag")
     for smp in spec.samples()[:3]:  # the non-square samples: the copy_ branch
         before = matrix.run(spec, "vmap_cotangents", "per_formula", smp)
         assert before.status == "pass" and any("copy" in f for f in before.fallback_ops)

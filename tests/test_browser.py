@@ -265,9 +265,9 @@ def _drive(page, base: str, notebook: str, timings: dict[str, float], t0: float)
 
     # The explorer: ipywidgets dropdowns; the op dropdown is the one offering catalog ops.
     page.wait_for_selector(".jupyter-widgets .widget-dropdown select", timeout=30_000)
-    from funcbwd import catalog
+    from funcbwd.ops import registry
 
-    op_names = set(catalog.op_names())
+    op_names = set(registry.op_names())
     selects = page.locator(".widget-dropdown select")
     op_select = None
     for i in range(selects.count()):

@@ -6,16 +6,18 @@ import pytest
 import torch
 
 import funcbwd
-from funcbwd import catalog, legacy, scenarios
+from funcbwd import legacy
+from funcbwd.ops import registry
+from funcbwd.run import scenarios
 from funcbwd.errors import UnknownNameError
 
-ALL = [(op.name, s) for op in catalog.all_ops() for s in op.samples()]
+ALL = [(op.name, s) for op in registry.all_ops() for s in op.samples()]
 
 
 @pytest.mark.parametrize("op_name,sample", ALL, ids=[f"{o}-{s.name}" for o, s in ALL])
 def test_legacy_formula_equals_builtin_gradient_unbatched(op_name, sample):
     """Faithfulness: the legacy formula gives torch's built-in gradient on every sample."""
-    spec = catalog.get_op(op_name)
+    spec = registry.get_op(op_name)
     results = []
     for fn in (spec.torch_op, legacy.function_for(spec).apply):
         args = list(sample.args)
@@ -33,9 +35,9 @@ def test_legacy_formula_equals_builtin_gradient_unbatched(op_name, sample):
 
 
 def test_catalog_has_the_eight_test_ops_with_citations():
-    assert set(catalog.TEST_OPS) <= set(catalog.op_names())
-    for name in catalog.TEST_OPS:
-        spec = catalog.get_op(name)
+    assert set(registry.TEST_OPS) <= set(registry.op_names())
+    for name in registry.TEST_OPS:
+        spec = registry.get_op(name)
         assert spec.source and spec.fixed_by and spec.samples()
 
 
@@ -66,7 +68,7 @@ def test_builtin_passes_where_legacy_fails():
 
 def test_loop_reference_against_hand_computed_gradient():
     """The per-sample loop itself: diag's gradient is the cotangent placed on the k-th diagonal."""
-    spec = catalog.get_op("diag")
+    spec = registry.get_op("diag")
     sample = spec.sample("3x5 k=1")
     plain = funcbwd.get_strategy("plain")
     ct = torch.arange(3.0)
@@ -75,7 +77,7 @@ def test_loop_reference_against_hand_computed_gradient():
     expected[0, 1], expected[1, 2], expected[2, 3] = 0.0, 1.0, 2.0
     torch.testing.assert_close(g, expected)
     # and the loop of index_select with repeated indices accumulates
-    spec = catalog.get_op("index_select")
+    spec = registry.get_op("index_select")
     s = spec.sample("dim0 repeated")  # index [0, 2, 2, 1, 0]
     ct = torch.ones(5, 3)
     (g,) = scenarios.loop_vjp(spec, plain, s.args, s.diff, [ct])
@@ -91,12 +93,12 @@ def test_in_dims_choices_follow_pytorch_methodology():
 @pytest.mark.parametrize("bad", ["nope", "", None, 3])
 def test_unknown_op_names_list_valid_ones(bad):
     with pytest.raises(UnknownNameError, match="valid ops: .*diag"):
-        catalog.get_op(bad)
+        registry.get_op(bad)
 
 
 def test_unknown_sample_and_legacy_attribute():
     with pytest.raises(UnknownNameError, match="valid samples of diag: "):
-        catalog.get_op("diag").sample("no such sample")
+        registry.get_op("diag").sample("no such sample")
     with pytest.raises(UnknownNameError, match="unknown op 'nope'"):
         legacy.nope  # noqa: B018
 

@@ -9,11 +9,13 @@ import pytest
 import torch
 from torch.func import vmap
 
-from funcbwd import catalog, internals, matrix
+from funcbwd import internals
+from funcbwd.ops import registry
+from funcbwd.run import matrix
 from funcbwd.errors import UnknownNameError
 from funcbwd.strategies import composite as C
 from funcbwd.strategies import get_strategy
-from funcbwd.scenarios import bind
+from funcbwd.run.scenarios import bind
 
 
 @pytest.mark.parametrize("op", ["diag", "index_select", "topk"])
@@ -46,7 +48,7 @@ def _raising(*args):
 @pytest.mark.parametrize("under_vmap", [True, False])
 def test_state_restored_after_a_raising_formula(under_vmap):
     st = get_strategy("composite")
-    good = catalog.get_op("diag")
+    good = registry.get_op("diag")
     bad = dataclasses.replace(good, formula=_raising)
     x = good.sample("3x5 k=1").args[0]
     before, book = internals.dispatch_state(), st.bookkeeping()
@@ -65,7 +67,7 @@ def test_state_restored_after_a_raising_formula(under_vmap):
 
 
 def test_registration_is_idempotent_and_thread_safe():
-    spec = catalog.get_op("mode")
+    spec = registry.get_op("mode")
     with ThreadPoolExecutor(8) as pool:
         overloads = list(pool.map(lambda _: C.ensure_registered(spec), range(16)))
     assert all(o is overloads[0] for o in overloads)
@@ -74,7 +76,7 @@ def test_registration_is_idempotent_and_thread_safe():
 
 
 def test_conflicting_schema_is_refused_with_both_schemas_named():
-    spec = catalog.get_op("diag")
+    spec = registry.get_op("diag")
     C.ensure_registered(spec)
     other = dataclasses.replace(spec, schema="(Tensor grad) -> Tensor")
     with pytest.raises(RuntimeError, match=r"diag_backward.*\(Tensor grad\) -> Tensor"):
@@ -82,7 +84,7 @@ def test_conflicting_schema_is_refused_with_both_schemas_named():
 
 
 def test_ops_are_marked_private():
-    C.ensure_registered(catalog.get_op("diag"))
+    C.ensure_registered(registry.get_op("diag"))
     packet = getattr(torch.ops, C.NAMESPACE).diag_backward
     assert getattr(packet, C.PRIVATE_MARK) is True
     assert "PRIVATE" in packet.__doc__
@@ -126,13 +128,14 @@ def test_limit_grad_over_primal_inside_vmap_with_mixed_batching():
 
 def test_op_batched_only_at_a_lower_level_is_handed_down():
     # Inner vmap level does not batch the cotangent: its kernel must hand the op to the outer one.
-    from funcbwd import formulas, legacy
+    from funcbwd import legacy
+    from funcbwd.ops import legacy_formulas
 
     x, cts = torch.randn(3, 5), torch.randn(4, 3)
     C.KERNEL_CALLS.clear()
     with get_strategy("composite").active():
         _, vjp_fn = torch.func.vjp(lambda t: legacy.diag(t, 1), x)
         out = vmap(lambda c: vmap(lambda d: vjp_fn(c)[0] * d)(torch.ones(2)))(cts)
-    expected = torch.stack([formulas.diag_backward(c, [3, 5], 1) for c in cts])
+    expected = torch.stack([legacy_formulas.diag_backward(c, [3, 5], 1) for c in cts])
     assert torch.allclose(out[:, 0], expected) and torch.allclose(out[:, 1], expected)
     assert C.KERNEL_CALLS["diag_backward", "batched"] == 2  # inner level handed down, outer ran

@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from funcbwd import catalog, legacy, matrix
+from funcbwd import legacy
+from funcbwd.ops import registry
+from funcbwd.run import matrix
 
-EXTENDED = [s.name for s in catalog.all_ops() if s.group in ("extended", "negative_control")]
-CASES = [(name, smp.name) for name in EXTENDED for smp in catalog.get_op(name).samples()]
+EXTENDED = [s.name for s in registry.all_ops() if s.group in ("extended", "negative_control")]
+CASES = [(name, smp.name) for name in EXTENDED for smp in registry.get_op(name).samples()]
 
 
 def _grads(spec, fn, smp):
@@ -24,14 +26,14 @@ def _grads(spec, fn, smp):
 
 
 def test_corpus_size_and_groups():
-    assert len(catalog.op_names()) >= 23
-    assert len(catalog.op_names("extended")) >= 15
-    assert set(catalog.op_names("negative_control")) >= {"norm_inf", "copysign", "cumprod", "narrow"}
+    assert len(registry.op_names()) >= 23
+    assert len(registry.op_names("extended")) >= 15
+    assert set(registry.op_names("negative_control")) >= {"norm_inf", "copysign", "cumprod", "narrow"}
 
 
 @pytest.mark.parametrize("name,sample", CASES)
 def test_legacy_formula_equals_builtin_unbatched(name, sample):
-    spec = catalog.get_op(name)
+    spec = registry.get_op(name)
     smp = spec.sample(sample)
     legacy_g = _grads(spec, legacy.function_for(spec).apply, smp)
     builtin_g = _grads(spec, spec.torch_op, smp)
@@ -42,7 +44,7 @@ def test_legacy_formula_equals_builtin_unbatched(name, sample):
 
 @pytest.mark.parametrize("name", EXTENDED)
 def test_spec_is_complete(name):
-    spec = catalog.get_op(name)
+    spec = registry.get_op(name)
     assert spec.source and spec.fixed_by and spec.schema
     assert 1 <= len(spec.samples()) <= 3
     for smp in spec.samples():

@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from funcbwd import cli, coverage, internals
+from funcbwd import cli, internals
+from funcbwd.measure import coverage
 from funcbwd.errors import BadInputError, UnknownNameError
 
 OPS = "atan2,cummax,bernoulli,argmax"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from funcbwd import cli, graphs
+from funcbwd import cli
+from funcbwd.observe import graphs
 from funcbwd.errors import UnknownNameError
 
 NON_SQUARE = "3x5 k=1"

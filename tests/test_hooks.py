@@ -10,7 +10,9 @@ import pytest
 import torch
 from torch.func import vjp, vmap
 
-from funcbwd import catalog, inject, internals, legacy, matrix
+from funcbwd import internals, legacy
+from funcbwd.ops import registry, inject
+from funcbwd.run import matrix
 from funcbwd.strategies import get_strategy
 from funcbwd.strategies.hooks import (HookSet, functionalize_backward, functionalize_prehook,
                                       install_hooks)
@@ -27,7 +29,7 @@ def st():
 # ------------------------------------------------------------------------------ correctness
 @pytest.mark.parametrize("op", ["diag", "index_select", "topk"])
 def test_passes_vmap_cotangents_where_plain_fails(op):
-    spec = catalog.get_op(op)
+    spec = registry.get_op(op)
     sample = spec.sample(NONSQUARE) if op == "diag" else spec.samples()[0]
     assert matrix.run(spec, "vmap_cotangents", "plain", sample).status == "fail"
     r = matrix.run(spec, "vmap_cotangents", STRATEGY, sample)
@@ -76,7 +78,7 @@ def test_strategy_wrap_of_builtin_op_matches_builtin_under_vmap(st):
 
 
 def _spy_spec(record: list):
-    spec = catalog.get_op("diag")
+    spec = registry.get_op("diag")
 
     def spy(grad, sizes, k):
         record.append((internals.is_functional(grad), internals.top_is_functionalize()))
@@ -184,7 +186,7 @@ def test_hookset_remove_takes_the_hooks_off():
 
 
 # ------------------------------------------------------------------------------ reliability
-# Raising formulas at every point x scenario x strategy: tests/test_reliability.py (funcbwd.inject).
+# Raising formulas at every point x scenario x strategy: tests/test_reliability.py (funcbwd.ops.inject).
 # Here, what only hooks can get wrong: hooks left on (or removed from) the graph.
 def test_hooks_stay_exactly_installed_after_a_raising_backward(st):
     spec = inject.raising_op("after_last_op")

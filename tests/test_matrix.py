@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from funcbwd import matrix
-from funcbwd.catalog import TEST_OPS
+from funcbwd.run import matrix
+from funcbwd.ops.registry import TEST_OPS
 
 INPLACE_OPS = ["diag", "index_select", "topk", "sort", "mode", "masked_select"]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from funcbwd import display
-from funcbwd.matrix import CellResult, format_table
+from funcbwd.views import display
+from funcbwd.run.matrix import CellResult, format_table
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -196,7 +196,7 @@ def test_setup_notebook_uses_mimetype_renderer():
 # ------------------------------------------------------------------------------ explorer
 def test_explorer_updates_views_in_place():
     pytest.importorskip("ipywidgets")
-    from funcbwd.widgets import Explorer
+    from funcbwd.views.widgets import Explorer
 
     calls = []
 

@@ -9,7 +9,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from funcbwd import catalog, matrix
+from funcbwd.ops import registry
+from funcbwd.run import matrix
 
 #: strategies that functionalize our formulas and claim to fix the in-place failure
 FIXING = ("per_formula", "traced", "composite", "hooks", "whole")
@@ -37,7 +38,7 @@ def diag_samples(draw):
     k = draw(hs.integers(-3, 3))
     if len(shape) == 2 and not (-shape[0] < k < shape[1]):
         k = 0  # keep the diagonal non-empty
-    return catalog.Sample(f"diag {shape} k={k}", (_tensor(shape, dtype, draw(hs.integers(0, 99))), k))
+    return registry.Sample(f"diag {shape} k={k}", (_tensor(shape, dtype, draw(hs.integers(0, 99))), k))
 
 
 @hs.composite
@@ -46,7 +47,7 @@ def index_select_samples(draw):
     shape = (draw(hs.integers(1, 4)), draw(hs.integers(1, 4)))
     dim = draw(hs.integers(0, 1))
     idx = draw(hs.lists(hs.integers(0, shape[dim] - 1), min_size=0, max_size=6))  # repeats, empty
-    return catalog.Sample(f"index_select {shape} dim={dim} idx={idx}",
+    return registry.Sample(f"index_select {shape} dim={dim} idx={idx}",
                           (_tensor(shape, dtype, draw(hs.integers(0, 99))), dim,
                            torch.tensor(idx, dtype=torch.long)))
 
@@ -59,11 +60,11 @@ def topk_sort_samples(draw):
     x = _tensor(shape, dtype, draw(hs.integers(0, 99)))
     if draw(hs.booleans()):
         k = draw(hs.integers(1, shape[dim]))
-        return "topk", catalog.Sample(f"topk {shape} k={k} dim={dim}", (x, k, dim, draw(hs.booleans()), True))
-    return "sort", catalog.Sample(f"sort {shape} dim={dim}", (x, dim, draw(hs.booleans())))
+        return "topk", registry.Sample(f"topk {shape} k={k} dim={dim}", (x, k, dim, draw(hs.booleans()), True))
+    return "sort", registry.Sample(f"sort {shape} dim={dim}", (x, dim, draw(hs.booleans())))
 
 
-def _run_and_check(op: str, scenario: str, strategy: str, sample: catalog.Sample, batch: int) -> None:
+def _run_and_check(op: str, scenario: str, strategy: str, sample: registry.Sample, batch: int) -> None:
     """Never silently wrong; failures classified; fixing strategies (and builtin) pass."""
     r = matrix.run(op, scenario, strategy, sample, batch=batch)
     assert r.status != "mismatch", f"silently wrong: {r.record()}"

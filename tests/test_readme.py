@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from funcbwd import readme
+from funcbwd.views import readme
 
 
 def test_readme_strategies_table_is_generated_from_the_saved_matrix():
@@ -23,7 +23,7 @@ def test_saved_matrix_equals_a_fresh_run():
 
 
 def test_readme_bench_headline_is_generated_from_the_saved_run():
-    from funcbwd import bench
+    from funcbwd.measure import bench
 
     text = readme.README.read_text()
     assert readme.block(text, "bench") == readme.bench_markdown(bench.load(readme.BENCH_FILE))

@@ -9,8 +9,10 @@ import pytest
 import torch
 from torch.func import vjp, vmap
 
-from funcbwd import inject, internals, matrix
-from funcbwd.scenarios import SCENARIOS, Case
+from funcbwd import internals
+from funcbwd.ops import inject
+from funcbwd.run import matrix
+from funcbwd.run.scenarios import SCENARIOS, Case
 from funcbwd.strategies import available, get_strategy
 
 FORMULA_STRATEGIES = [s for s in available() if s != "builtin"]

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from funcbwd import cli, matrix, report
+from funcbwd import cli
+from funcbwd.run import matrix
+from funcbwd.views import report
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "test-output" / "report"

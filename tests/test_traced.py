@@ -9,7 +9,10 @@ import pytest
 import torch
 from torch.func import vjp, vmap
 
-from funcbwd import catalog, elide, internals, legacy, matrix
+from funcbwd import internals, legacy
+from funcbwd.fx import elide
+from funcbwd.ops import registry
+from funcbwd.run import matrix
 from funcbwd.strategies import get_strategy
 from funcbwd.strategies.traced import Traced, Untraceable, flatten_args, formula_args_for, trace_formula
 
@@ -18,7 +21,7 @@ FIXED_OPS = ("diag", "index_select", "topk", "sort", "mode", "clamp")
 
 @pytest.mark.parametrize("op", FIXED_OPS)
 def test_traced_passes_vmap_cotangents_without_slow_fallback(op):
-    for smp in catalog.get_op(op).samples():
+    for smp in registry.get_op(op).samples():
         r = matrix.run(op, "vmap_cotangents", "traced", smp)
         assert r.status == "pass", (smp.name, r.message)
         assert r.fallback_ops == [], (smp.name, r.fallback_ops)
@@ -35,7 +38,7 @@ def test_fallback_detection_is_live_per_formula_diag_uses_copy_fallback():
                                          ("clamp", "vmap_all_args"), ("topk", "grad_inside_vmap")])
 def test_traced_runs_with_vmap_fallback_disabled(op, scenario):
     # With the fallback disabled, any op lacking a batching rule raises instead of looping.
-    smp = catalog.get_op(op).samples()[0]
+    smp = registry.get_op(op).samples()[0]
     with internals.vmap_fallback_disabled():
         r = matrix.run(op, scenario, "traced", smp)
         base = matrix.run(op, scenario, "per_formula", smp)
@@ -46,7 +49,7 @@ def test_traced_runs_with_vmap_fallback_disabled(op, scenario):
 
 @pytest.mark.parametrize("op", FIXED_OPS)
 def test_elided_graphs_have_no_aten_copy(op):
-    spec = catalog.get_op(op)
+    spec = registry.get_op(op)
     saw_copy = False
     for smp in spec.samples():
         args = formula_args_for(spec, smp)
@@ -71,7 +74,7 @@ def test_prod_is_untraceable_with_reason_and_still_passes_via_fallback():
     assert reason is not None and "data-dependent" in reason
     assert "prod" in st.fallbacks
     assert st.untraceable("diag") is None and "diag" not in st.fallbacks
-    for smp in catalog.get_op("prod").samples()[:4]:
+    for smp in registry.get_op("prod").samples()[:4]:
         r = matrix.run("prod", "vmap_cotangents", st, smp)
         assert r.status == "pass", (smp.name, r.message)
 
@@ -97,7 +100,7 @@ def test_cache_reuse_one_trace_per_signature():
 
 def test_cache_is_thread_safe():
     st = Traced()
-    spec = catalog.get_op("index_select")
+    spec = registry.get_op("index_select")
     args = formula_args_for(spec, spec.sample())
     barrier = threading.Barrier(4)
     results, errors = [], []
@@ -134,7 +137,7 @@ def test_tracing_inside_vmap_leaves_no_state_behind():
 
     def inner(g):
         seen.append(internals.dispatch_state())
-        hit = st.graph_for(catalog.get_op("prod"), (g, x, result, None, False))
+        hit = st.graph_for(registry.get_op("prod"), (g, x, result, None, False))
         assert isinstance(hit, Untraceable)
         assert internals.dispatch_state() == seen[0]
         return g * 2

@@ -9,7 +9,9 @@ import pytest
 import torch
 from torch.func import vmap
 
-from funcbwd import catalog, internals, legacy, matrix
+from funcbwd import internals, legacy
+from funcbwd.ops import registry
+from funcbwd.run import matrix
 from funcbwd.errors import BadInputError
 from funcbwd.strategies import get_strategy
 # the reliability harness is shared with the hooks tests (same checks, other strategy)
@@ -25,7 +27,7 @@ def st():
 
 @pytest.mark.parametrize("op", ["diag", "index_select", "topk"])
 def test_passes_vmap_cotangents(op):
-    spec = catalog.get_op(op)
+    spec = registry.get_op(op)
     sample = spec.sample(NONSQUARE) if op == "diag" else spec.samples()[0]
     r = matrix.run(spec, "vmap_cotangents", STRATEGY, sample)
     assert r.status == "pass", r.message
@@ -33,7 +35,7 @@ def test_passes_vmap_cotangents(op):
 
 def test_the_backward_is_functionalized_only_under_vmap(st):
     record = []
-    spec = catalog.get_op("diag")
+    spec = registry.get_op("diag")
 
     def spy(grad, sizes, k):
         record.append((internals.is_functional(grad), internals.top_is_functionalize()))
@@ -100,7 +102,7 @@ def test_bad_input_names_what_was_wrong(st):
 
 
 # ------------------------------------------------------------------------------ reliability
-# Raising formulas at every point x scenario: tests/test_reliability.py (funcbwd.inject).
+# Raising formulas at every point x scenario: tests/test_reliability.py (funcbwd.ops.inject).
 def test_no_functionalize_level_outlives_a_vjp_fn_call(st):
     out, vjp_fn = st.vjp(lambda x: legacy.diag(x, 1), torch.randn(3, 5))
     vmap(vjp_fn)(torch.randn(2, *out.shape))

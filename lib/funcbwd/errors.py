@@ -50,3 +50,9 @@ def parse_names(kind: str, text: str | Iterable[str] | None, valid: Iterable[str
     if not names:
         raise FuncbwdError(f"no {kind} given; valid {plural(kind)}: {', '.join(sorted(valid))}")
     return [check_name(kind, n, valid) for n in names]
+
+
+def first_line(msg: str, limit: int = 240) -> str:
+    """The first line of an error message, cut to ``limit`` characters (for tables and records)."""
+    line = msg.strip().splitlines()[0] if msg.strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."

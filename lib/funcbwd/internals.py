@@ -283,7 +283,7 @@ def below_autograd() -> Iterator[None]:
         yield
 
 
-# ---------------------------------------------------------------------------- trace helpers (funcbwd.trace)
+# ---------------------------------------------------------------------------- trace helpers (funcbwd.observe.trace)
 def resolve_overload(qualified: str, args: tuple, kwargs: dict) -> str | None:
     """The overload of ``qualified`` (e.g. 'aten::scatter_') a call with these args binds to
     ('src', 'value', 'default', ...), by the dispatcher's own schema matching; None if none does."""
@@ -300,7 +300,7 @@ def tracing_active() -> bool:
             or torch._C._get_dispatch_mode(key.FAKE) is not None)
 
 
-# ---------------------------------------------------------------------------- scoped aten kernels (funcbwd.copy_rule)
+# ---------------------------------------------------------------------------- scoped aten kernels (funcbwd.batching.copy)
 @contextlib.contextmanager
 def scoped_aten_kernel(op_name: str, kernel, dispatch_key: str) -> Iterator[None]:
     """Register ``kernel`` for ``aten::op_name`` at ``dispatch_key`` for the block only.
@@ -355,3 +355,53 @@ def opinfo_database() -> list:
     from torch.testing._internal.common_methods_invocations import op_db
 
     return list(op_db)
+
+
+def batching_kernel_source(op_name: str) -> str | None:
+    """Where this torch build registered the ``FuncTorchBatched`` kernel of ``aten::op`` (the
+    overload may be given, e.g. ``index_fill.int_Tensor``), as ``path:line`` from
+    ``aten/src/...`` on; None for an unknown op or a backend fallback. [findings]"""
+    qualified = op_name if "::" in op_name else f"aten::{op_name}"
+    try:
+        table = torch._C._dispatch_dump_table(qualified)
+    except RuntimeError:
+        return None
+    line = next((ln for ln in table.splitlines() if ln.startswith("FuncTorchBatched:")), "")
+    if "registered at " not in line or "[backend fallback]" in line:
+        return None
+    where = line.split("registered at ", 1)[1].split(" [", 1)[0]
+    return where[where.find("aten/src/"):] if "aten/src/" in where else where
+
+
+def fused_rms_norm(input: torch.Tensor, normalized_shape, weight, eps) -> tuple:
+    """``aten._fused_rms_norm(input, normalized_shape, weight, eps)`` -> ``(output, rstd)``: the op
+    whose forward-mode formulas are ``rms_norm_jvp`` / ``rms_norm_rstd_jvp`` (derivatives.yaml).
+    ``torch.nn.functional.rms_norm`` decomposes on CPU and never reaches it. [live_jvp]"""
+    return tuple(torch.ops.aten._fused_rms_norm(input, list(normalized_shape), weight, eps))
+
+
+# ---------------------------------------------------------------------------- scoped vmap rules (funcbwd.batching.as_strided_scatter)
+@contextlib.contextmanager
+def scoped_vmap_rule(qualified: str, rule) -> Iterator[None]:
+    """Make ``rule`` the vmap rule of operator ``qualified`` (e.g. "aten::as_strided_scatter") for
+    the block only.
+
+    ``rule(info, in_dims, *args)`` follows ``torch.library.register_vmap`` (public): it runs on the
+    tensors unwrapped from the current vmap level, ``info.batch_size`` is B, ``in_dims`` has one
+    entry per argument (None for unbatched ones and non-tensors), and it returns ``(output,
+    out_dim)``; calls where nothing is batched at the current level skip it. The registration
+    replaces whatever ``FuncTorchBatched`` kernel the op had (for as_strided_scatter torch's
+    "requires special handling" error kernel); torch's one-per-process "Overriding a previously
+    registered kernel" warning is silenced because the override is the point. Removal (private
+    ``Library._destroy``) restores the previous kernel, also when the block raises."""
+    import warnings
+
+    namespace = qualified.split("::", 1)[0]
+    lib = torch.library.Library(namespace, "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"(?s).*Overriding a previously registered kernel")
+            torch.library.register_vmap(qualified, rule, lib=lib)
+        yield
+    finally:
+        destroy_library(lib)

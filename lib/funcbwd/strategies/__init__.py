@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import UnknownNameError
-from .base import Strategy, current
+from funcbwd.errors import UnknownNameError
+from funcbwd.strategies.base import Strategy, current
 
 # name -> module defining it (imported lazily so a broken approach cannot break the others)
 _MODULES = {

@@ -10,17 +10,14 @@ strategy that was active when the graph was built, whatever thread or transform 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
 import torch.func
 
-if TYPE_CHECKING:
-    from ..catalog import OpSpec
+from funcbwd.ops.active import activated, active_strategy
 
-_CURRENT: contextvars.ContextVar["Strategy | None"] = contextvars.ContextVar(
-    "funcbwd_strategy", default=None
-)
+if TYPE_CHECKING:
+    from funcbwd.ops.registry import OpSpec
 
 
 class Strategy:
@@ -34,13 +31,13 @@ class Strategy:
     # --- what the scenarios differentiate -------------------------------------------------
     def function(self, op: "OpSpec") -> Callable[..., Any]:
         """The callable for ``op`` under this strategy (default: the legacy op)."""
-        from .. import legacy
+        from funcbwd.ops import legacy_ops
 
-        return legacy.function_for(op).apply
+        return legacy_ops.function_for(op).apply
 
     def reference(self) -> "Strategy":
         """The strategy whose per-sample loop this one is checked against."""
-        from . import get_strategy
+        from funcbwd.strategies import get_strategy
 
         return get_strategy("plain")
 
@@ -66,11 +63,8 @@ class Strategy:
     # --- activation ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def active(self) -> Iterator["Strategy"]:
-        token = _CURRENT.set(self)
-        try:
+        with activated(self):
             yield self
-        finally:
-            _CURRENT.reset(token)
 
     def bookkeeping(self) -> Any:
         """The strategy's own mutable state, compared before/after by the reliability tests."""
@@ -81,9 +75,9 @@ class Strategy:
 
 
 def current() -> Strategy:
-    s = _CURRENT.get()
+    s = active_strategy()
     if s is None:
-        from . import get_strategy
+        from funcbwd.strategies import get_strategy
 
         return get_strategy("plain")
     return s

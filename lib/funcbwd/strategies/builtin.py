@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .base import Strategy
+from funcbwd.strategies.base import Strategy
 
 
 class Builtin(Strategy):

@@ -32,11 +32,12 @@ import torch
 import torch.func
 import torch.utils._pytree as pytree
 
-from .. import internals
-from .base import Strategy
+from funcbwd import internals
+from funcbwd.strategies.base import Strategy
+from funcbwd.errors import first_line
 
 if TYPE_CHECKING:
-    from ..catalog import OpSpec
+    from funcbwd.ops.registry import OpSpec
 
 #: Our operator namespace: private-looking so it reads as "not API" in graphs and artifacts.
 NAMESPACE = "funcbwd_private"
@@ -249,7 +250,6 @@ class _Caller(torch.nn.Module):
 
 
 def _first_line(e: BaseException) -> str:
-    from ..matrix import first_line
 
     text = f"{type(e).__name__}: {first_line(str(e))}"
     if e.__context__ is not None and e.__cause__ is None:  # e.g. export hides the fake-tensor cause
@@ -266,7 +266,7 @@ def _fresh_load(path: str, register_first: str | None) -> dict[str, Any]:
     pre = ""
     if register_first:
         pre = ("from funcbwd import catalog; from funcbwd.strategies import composite; "
-               f"composite.ensure_registered(catalog.get_op({register_first!r})); ")
+               f"composite.ensure_registered(registry.get_op({register_first!r})); ")
     code = (f"import torch; {pre}ep = torch.export.load({path!r}); "
             "print('|'.join(str(n.target) for n in ep.graph.nodes if n.op == 'call_function'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -341,9 +341,9 @@ def serialization_probe(op_name: str, fresh_process: bool = True) -> dict[str, A
     then decompose, save, load here, load after the op's Library is gone (a throwaway copy)
     and (``fresh_process``, slow: two interpreters) load in a new interpreter with and without
     funcbwd. Every value is measured, none is assumed."""
-    from .. import catalog
+    from funcbwd.ops import registry
 
-    spec = catalog.get_op(op_name)
+    spec = registry.get_op(op_name)
     overload = ensure_registered(spec)
     qualified = f"{NAMESPACE}::{op_name_for(spec)}"
     template = _probe_inputs(spec)

@@ -26,8 +26,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 import torch.func
 
-from .. import internals
-from .base import Strategy
+from funcbwd import internals
+from funcbwd.strategies.base import Strategy
 
 #: attribute the pre-hook sets on the grads it wraps: how the post-hook knows the top level is ours
 _MARK = "_funcbwd_hooks_level"
@@ -193,9 +193,9 @@ class Hooks(Strategy):
     acts_on_builtin_nodes = True
 
     def function(self, op) -> Callable[..., Any]:
-        from .. import legacy
+        from funcbwd.ops import legacy_ops
 
-        return functionalize_backward(legacy.function_for(op).apply)
+        return functionalize_backward(legacy_ops.function_for(op).apply)
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Any callable (e.g. a builtin torch op) with its backward graph hooked."""

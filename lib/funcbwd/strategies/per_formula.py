@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import torch.func
 
-from .. import internals
-from .base import Strategy
+from funcbwd import internals
+from funcbwd.strategies.base import Strategy
 
 
 def functionalize_under_vmap(formula: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,6 +1,6 @@
 """``plain``: the legacy formula exactly as written. Reproduces the historical failure."""
 
-from .base import Strategy
+from funcbwd.strategies.base import Strategy
 
 
 class Plain(Strategy):

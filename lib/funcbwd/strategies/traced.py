@@ -3,7 +3,7 @@
 Each formula is traced once per signature (tensor shapes/dtypes/devices + the non-tensor args,
 which are baked in) into an FX graph of ``torch.func.functionalize(formula)``, with fake tensors of
 the *logical* (per-sample) shapes and the functorch state cleared (the backward runs under vmap).
-:func:`funcbwd.elide.elide_copies` then removes the ``aten.copy`` functionalization emits (it has
+:func:`funcbwd.fx.elide.elide_copies` then removes the ``aten.copy`` functionalization emits (it has
 no batching rule, so it would send vmap into its slow per-sample loop). The cached graph is run
 with the real (batched) args, so vmap batches a graph of out-of-place aten ops.
 
@@ -23,9 +23,10 @@ import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from .. import elide, internals
-from .base import Strategy
-from .per_formula import functionalize_under_vmap
+from funcbwd import internals
+from funcbwd.fx import elide
+from funcbwd.strategies.base import Strategy
+from funcbwd.strategies.per_formula import functionalize_under_vmap
 
 
 # ------------------------------------------------------------------------------ signatures
@@ -151,7 +152,7 @@ class Traced(Strategy):
         """Why ``op``'s formula cannot be traced (it then runs functionalize_under_vmap), or None.
 
         Probes every sample of ``op`` (or ``samples``) with a cotangent of ones; results are cached."""
-        from ..catalog import get_op
+        from funcbwd.ops.registry import get_op
 
         spec = get_op(op) if isinstance(op, str) else op
         for smp in (spec.samples() if samples is None else samples):

@@ -23,9 +23,9 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.func
 
-from .. import internals
-from ..errors import BadInputError
-from .base import Strategy
+from funcbwd import internals
+from funcbwd.errors import BadInputError
+from funcbwd.strategies.base import Strategy
 
 
 def functionalized_when_vmapped(vjp_fn: Callable[..., Any]) -> Callable[..., Any]:

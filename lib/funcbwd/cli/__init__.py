@@ -12,17 +12,17 @@ import importlib
 import sys
 from typing import Sequence
 
-from .errors import FuncbwdError
+from funcbwd.errors import FuncbwdError
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS = {
-    "ops": ("funcbwd.commands", "list the op catalog (name, legacy source, samples)"),
-    "matrix": ("funcbwd.commands", "run the op x scenario x strategy matrix"),
-    "trace": ("funcbwd.trace", "dispatch-key trace of one op x strategy x scenario"),
-    "graph": ("funcbwd.graphs", "FX graph of a formula and a diff between two forms"),
-    "bench": ("funcbwd.bench", "overhead and copies: batched backward timings as ratios"),
-    "coverage": ("funcbwd.coverage", "vmap(vjp) sweep over torch's OpInfo database"),
-    "report": ("funcbwd.report", "one self-contained HTML report (no Jupyter, no network)"),
+    "ops": ("funcbwd.cli.commands", "list the op catalog (name, legacy source, samples)"),
+    "matrix": ("funcbwd.cli.commands", "run the op x scenario x strategy matrix"),
+    "trace": ("funcbwd.observe.trace", "dispatch-key trace of one op x strategy x scenario"),
+    "graph": ("funcbwd.observe.graphs", "FX graph of a formula and a diff between two forms"),
+    "bench": ("funcbwd.measure.bench", "overhead and copies: batched backward timings as ratios"),
+    "coverage": ("funcbwd.measure.coverage", "vmap(vjp) sweep over torch's OpInfo database"),
+    "report": ("funcbwd.views.report", "one self-contained HTML report (no Jupyter, no network)"),
 }
 
 

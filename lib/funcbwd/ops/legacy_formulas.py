@@ -3,7 +3,7 @@
 Each function follows the C++ line for line, including the in-place op that made it fail under
 ``vmap(vjp(f))``: a factory makes an *unbatched* tensor and an in-place op writes the batched
 ``grad`` into it. The comment above each formula names the C++ file/helper and the PR that later
-fixed it in core (facts from ``shared/reference/legacy-formulas.md``).
+fixed it in core (see docs/legacy-formulas.md).
 
 Formulas are plain functions of tensors and Python scalars, returning a tensor or a tuple of
 tensors: the unit every strategy runs, functionalizes, traces or registers as an operator.

@@ -14,8 +14,9 @@ from typing import Any, Callable
 
 import torch
 
-from . import catalog, matrix
-from .errors import FuncbwdError
+from funcbwd.ops import legacy_ops, registry
+from funcbwd.run import matrix
+from funcbwd.errors import FuncbwdError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,12 +36,12 @@ class Outcome:
     clear: bool         # a one-line message containing ``case.expect``; no traceback for the CLI
 
 
-def _sample(*args: Any, diff: tuple[int, ...] = (0,)) -> catalog.Sample:
-    return catalog.Sample("bad", args, diff)
+def _sample(*args: Any, diff: tuple[int, ...] = (0,)) -> registry.Sample:
+    return registry.Sample("bad", args, diff)
 
 
 def _mismatched_batches() -> Any:
-    from .strategies import get_strategy
+    from funcbwd.strategies import get_strategy
 
     st = get_strategy("per_formula")
     _, fn = st.vjp(lambda x: (torch.diag(x, 1),), torch.randn(3, 5))
@@ -48,13 +49,13 @@ def _mismatched_batches() -> Any:
 
 
 def _graph_capture_bad_form() -> Any:
-    from . import graphs
+    from funcbwd.observe import graphs
 
     return graphs.capture("diag", "fast")
 
 
 def _trace_bad_scenario() -> Any:
-    from . import trace
+    from funcbwd.observe import trace
 
     return trace.trace("diag", "plain", "vmap_everything")
 
@@ -91,7 +92,7 @@ CASES: tuple[Case, ...] = (
          expect="positive int"),
     Case("matrix.run_matrix(ops=...)", "empty op list", lambda: matrix.run_matrix(ops=""),
          expect="no op given"),
-    Case("legacy.<op>", "unknown legacy op", lambda: getattr(__import__("funcbwd.legacy").legacy, "dig"),
+    Case("legacy.<op>", "unknown legacy op", lambda: getattr(legacy_ops, "dig"),
          expect="valid ops:"),
     Case("strategy.vjp + vmap", "mismatched batch sizes", _mismatched_batches,
          expect="same size in the mapped dimension"),

@@ -34,11 +34,12 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 import torch  # noqa: E402
 from torch.overrides import TorchFunctionMode, resolve_name
 
-from . import catalog, internals, matrix
-from .errors import check_name
-from .matrix import first_line
-from .scenarios import SCENARIO_NAMES
-from .strategies import Strategy, get_strategy
+from funcbwd import internals
+from funcbwd.ops import registry
+from funcbwd.run import matrix
+from funcbwd.errors import check_name, first_line
+from funcbwd.run.scenarios import SCENARIO_NAMES
+from funcbwd.strategies import Strategy, get_strategy
 
 #: in-place dunders (``__iadd__`` ends with "_" too, but so does ``__getitem__``)
 _INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
@@ -307,8 +308,8 @@ class _FormulaRecorder(TorchFunctionMode):
             raise
 
 
-_EVENT_MARK = "funcbwd.trace.event#"
-_CALL_MARK = "funcbwd.trace.call#"
+_EVENT_MARK = "funcbwd.observe.trace.event#"
+_CALL_MARK = "funcbwd.observe.trace.call#"
 
 
 def _marker(prefix: str, index: int) -> str:
@@ -384,16 +385,16 @@ def recording(strategy: Strategy, trace: Trace, *, mark: bool = False) -> Iterat
             del strategy.run_formula
 
 
-def trace(op: str | catalog.OpSpec, strategy: str | Strategy, scenario: str,
-          sample: str | catalog.Sample | None = None, *, profile: bool = True) -> Trace:
+def trace(op: str | registry.OpSpec, strategy: str | Strategy, scenario: str,
+          sample: str | registry.Sample | None = None, *, profile: bool = True) -> Trace:
     """Run one matrix cell with its formula calls recorded (default sample: the op's first).
 
     ``profile``: also record the dispatcher calls (one torch.profiler session around the
     scenario; skipped if a profiler is already running)."""
-    spec = catalog.get_op(op) if isinstance(op, str) else op
+    spec = registry.get_op(op) if isinstance(op, str) else op
     check_name("scenario", scenario, SCENARIO_NAMES)
     st = get_strategy(strategy)
-    smp = sample if isinstance(sample, catalog.Sample) else spec.sample(sample)
+    smp = sample if isinstance(sample, registry.Sample) else spec.sample(sample)
     tr = Trace(spec.name, smp.name, st.name, scenario)
     prof = None
     if profile and not internals.profiler_running():

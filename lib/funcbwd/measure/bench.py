@@ -10,7 +10,7 @@ functionalization, really?", functorch#241):
   hand-written limit);
 * **vmap off**: a plain ``torch.autograd.grad`` with each strategy installed, against no strategy
   and against a no-op Python pre/post hook on every node (the floor any hook-based approach pays);
-* **copies and memory**: ``funcbwd.graphs.copy_table`` (copies and bytes in each strategy's FX
+* **copies and memory**: ``funcbwd.observe.graphs.copy_table`` (copies and bytes in each strategy's FX
   graph) when present, and the bytes the batched backward allocates (``torch.profiler`` memory
   events).
 
@@ -41,12 +41,13 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from torch.func import vmap
 
-from . import catalog, matrix
-from .catalog import OpSpec, Sample
-from .copy_rule import batched_copy_rule
-from .errors import BadInputError, parse_names
-from .scenarios import bind, output_shapes
-from .strategies import available, get_strategy
+from funcbwd.ops import registry
+from funcbwd.run import matrix
+from funcbwd.ops.registry import OpSpec, Sample
+from funcbwd.batching.copy import batched_copy_rule
+from funcbwd.errors import BadInputError, parse_names
+from funcbwd.run.scenarios import bind, output_shapes
+from funcbwd.strategies import available, get_strategy
 
 SCHEMA = "funcbwd-bench/1"
 SIZES = {"small": 1, "medium": 4, "large": 16}  # name -> scale factor on every dim of sample 0
@@ -92,13 +93,13 @@ class BenchConfig:
 
     @classmethod
     def full(cls) -> "BenchConfig":
-        return cls(name="full", ops=tuple(catalog.op_names()), repeats=7, loop_repeats=3,
+        return cls(name="full", ops=tuple(registry.op_names()), repeats=7, loop_repeats=3,
                    target_sample_s=0.01, overhead_repeats=11, memory_batches=(64, 256),
                    copy_vmap_modes=(True, False))
 
     def validate(self) -> "BenchConfig":
-        self.ops = (tuple(parse_names("op", list(self.ops), catalog.op_names())) if self.ops
-                    else tuple(catalog.TEST_OPS))
+        self.ops = (tuple(parse_names("op", list(self.ops), registry.op_names())) if self.ops
+                    else tuple(registry.TEST_OPS))
         self.strategies = tuple(parse_names("strategy", list(self.strategies), strategy_labels())
                                 if self.strategies else strategy_labels())
         parse_names("size", list(self.sizes), SIZES)
@@ -123,7 +124,7 @@ class BenchConfig:
 
 def strategy_labels() -> list[str]:
     """Every available strategy, plus ``per_formula+copy_rule`` (per_formula with the opt-in
-    ``aten::copy`` vmap rule of :mod:`funcbwd.copy_rule` active)."""
+    ``aten::copy`` vmap rule of :mod:`funcbwd.batching.copy` active)."""
     names = available()
     return names + ([COPY_RULE] if "per_formula" in names else [])
 
@@ -367,7 +368,7 @@ def bench_batched(cfg: BenchConfig, progress: Callable[[str], None]) -> tuple[li
     if "builtin" not in cfg.strategies and "builtin" in available():
         variants.insert(0, variant("builtin"))  # the reference is always measured
     for op in cfg.ops:
-        spec = catalog.get_op(op)
+        spec = registry.get_op(op)
         for size in cfg.sizes:
             try:
                 smp = resize(spec, size)
@@ -442,7 +443,7 @@ def hook_body_section(cfg: BenchConfig) -> dict[str, Any]:
     (the engine's cost of calling a Python hook is the same for both, so it cancels)."""
     if "hooks" not in cfg.strategies:
         return {"status": "skipped", "reason": "hooks not among the strategies"}
-    from .strategies import hooks
+    from funcbwd.strategies import hooks
 
     pre, post = hooks.functionalize_prehook, hooks.unfunctionalize_posthook
     grads_out, grads_in = (torch.ones(3, 5),), (torch.ones(3, 5),)
@@ -470,7 +471,7 @@ def bench_overhead(cfg: BenchConfig, progress: Callable[[str], None]) -> list[di
     labels = [NO_STRATEGY, NOOP_HOOK] + [s for s in cfg.strategies if s not in ("plain", COPY_RULE)]
     records = []
     for op in cfg.ops:
-        spec = catalog.get_op(op)
+        spec = registry.get_op(op)
         smp = resize(spec, "small")
         series = []
         for label in labels:
@@ -490,12 +491,12 @@ def bench_overhead(cfg: BenchConfig, progress: Callable[[str], None]) -> list[di
 
 # ------------------------------------------------------------------------------ copies and memory
 def copy_section(cfg: BenchConfig) -> dict[str, Any]:
-    """Copies and bytes per op x strategy vs builtin, from ``funcbwd.graphs.copy_table`` (FX
+    """Copies and bytes per op x strategy vs builtin, from ``funcbwd.observe.graphs.copy_table`` (FX
     graphs of the formula form each strategy runs; strategies sharing a form share a capture).
     ``per_formula+copy_rule`` is per_formula's capture taken with the copy rule active."""
     if not cfg.copy_vmap_modes:
         return {"status": "skipped", "reason": "copy_vmap_modes is empty in this config"}
-    from . import graphs
+    from funcbwd.observe import graphs
 
     table, form_of = graphs.copy_table, graphs.check_form
     labels = [s for s in cfg.strategies if s in graphs.STRATEGY_FORMS and s != "builtin"]
@@ -514,7 +515,7 @@ def copy_section(cfg: BenchConfig) -> dict[str, Any]:
             for label in labels + ["builtin"] + ([COPY_RULE] if COPY_RULE in by_form else []):
                 form = label if label in (COPY_RULE, "builtin") else form_of(label)
                 rows.append({"label": label, **_jsonable(by_form[form])})
-    return {"status": "ok", "source": "funcbwd.graphs.copy_table", "rows": rows, "errors": errors}
+    return {"status": "ok", "source": "funcbwd.observe.graphs.copy_table", "rows": rows, "errors": errors}
 
 
 def _jsonable(x: Any) -> Any:
@@ -554,7 +555,7 @@ def memory_section(cfg: BenchConfig, applicability: list[dict[str, Any]]) -> lis
     passing = {(a["op"], a["size"], a["label"]) for a in applicability if a["status"] == "pass"}
     rows = []
     for op in cfg.ops:
-        spec = catalog.get_op(op)
+        spec = registry.get_op(op)
         for size in cfg.sizes:
             labels = [lbl for (o, s, lbl) in sorted(passing) if o == op and s == size]
             if not labels:
@@ -855,7 +856,7 @@ def _int_list(text: str, what: str) -> tuple[int, ...]:
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     cfg = BenchConfig.quick() if args.quick else BenchConfig.full()
     if args.ops:
-        cfg.ops = tuple(parse_names("op", args.ops, catalog.op_names()))
+        cfg.ops = tuple(parse_names("op", args.ops, registry.op_names()))
     if args.strategies:
         cfg.strategies = tuple(parse_names("strategy", args.strategies, strategy_labels()))
     if args.batches:

@@ -10,12 +10,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-from . import matrix
-from .catalog import TEST_OPS
-from .matrix import CellResult
-from .strategies import get_strategy
+from funcbwd.run import matrix
+from funcbwd.ops.registry import TEST_OPS
+from funcbwd.run.matrix import CellResult
+from funcbwd.strategies import get_strategy
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MATRIX_FILE = ROOT / "data" / "matrix-test-ops.json"
 README = ROOT / "README.md"
 
@@ -89,7 +89,7 @@ BENCH_FILE = ROOT / "data" / "bench-quick.json"
 
 def bench_markdown(results: dict) -> str:
     """The headline ratios of a saved bench run, with the command that reproduces them."""
-    from . import bench
+    from funcbwd.measure import bench
 
     h = bench.headline(results)
     sizes = results["config"]["sizes"]

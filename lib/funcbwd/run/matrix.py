@@ -14,10 +14,11 @@ import time
 import warnings
 from typing import Any, Callable, ContextManager, Iterable, Sequence
 
-from . import catalog, internals
-from .errors import BadInputError, NotApplicableError, parse_names
-from .scenarios import SCENARIO_NAMES, SCENARIOS, Case, Mismatch, _check_close
-from .strategies import available, get_strategy
+from funcbwd import internals
+from funcbwd.ops import registry
+from funcbwd.errors import BadInputError, NotApplicableError, first_line, parse_names
+from funcbwd.run.scenarios import SCENARIO_NAMES, SCENARIOS, Case, Mismatch, _check_close
+from funcbwd.strategies import available, get_strategy
 
 STATUSES = ("pass", "fail", "mismatch", "not_applicable")
 REASONS = {
@@ -90,22 +91,17 @@ def classify(exc: BaseException) -> str:
     return "other"
 
 
-def first_line(msg: str, limit: int = 240) -> str:
-    line = msg.strip().splitlines()[0] if msg.strip() else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def run(op: str | catalog.OpSpec, scenario: str, strategy: str, sample: str | catalog.Sample | None = None,
+def run(op: str | registry.OpSpec, scenario: str, strategy: str, sample: str | registry.Sample | None = None,
         *, batch: int | None = None,
         around: Callable[[], ContextManager[Any]] | None = None) -> CellResult:
     """Run one cell and compare it with the per-sample loop.
 
     ``around`` (e.g. the trace recorder) is entered around the scenario itself."""
-    spec = op if isinstance(op, catalog.OpSpec) else catalog.get_op(op)
+    spec = op if isinstance(op, registry.OpSpec) else registry.get_op(op)
     parse_names("scenario", [scenario], SCENARIO_NAMES)
     st = get_strategy(strategy)
-    smp = sample if isinstance(sample, catalog.Sample) else spec.sample(sample)
-    catalog.validate_sample(spec, smp)
+    smp = sample if isinstance(sample, registry.Sample) else spec.sample(sample)
+    registry.validate_sample(spec, smp)
     result = CellResult(spec.name, smp.name, scenario, st.name, "pass")
     reason = st.not_applicable(spec, scenario)
     if reason:
@@ -149,12 +145,12 @@ def run_matrix(ops: Iterable[str] | None = None, scenarios: Iterable[str] | None
                strategies: Iterable[str] | None = None, *, samples: str = "all",
                progress=None) -> list[CellResult]:
     """Every op x sample x scenario x strategy cell (``samples='first'`` for one sample per op)."""
-    ops = parse_names("op", ops, catalog.op_names())
+    ops = parse_names("op", ops, registry.op_names())
     scenarios = parse_names("scenario", scenarios, SCENARIO_NAMES)
     strategies = parse_names("strategy", strategies, available())
     results = []
     for op in ops:
-        spec = catalog.get_op(op)
+        spec = registry.get_op(op)
         smps = spec.samples() if samples == "all" else spec.samples()[:1]
         for smp in smps:
             for sc in scenarios:

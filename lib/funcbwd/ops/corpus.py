@@ -1,7 +1,7 @@
 """The extended legacy-formula corpus beyond the 8 test ops (registered on import).
 
-One :func:`funcbwd.catalog.register` call per op, exactly like the 8 test ops in ``catalog.py``;
-the formulas live in :mod:`funcbwd.formulas_extended` with a comment citing the C++ helper and the
+One :func:`funcbwd.ops.registry.register` call per op, exactly like the 8 test ops in ``catalog.py``;
+the formulas live in :mod:`funcbwd.ops.legacy_formulas_extended` with a comment citing the C++ helper and the
 fixing PR. Groups: ``extended`` (in-place formulas that broke vmap) and ``negative_control``
 (safe in-place writes, or ``.item()`` that functionalization cannot remove). Two entries,
 ``diag_embed`` and ``block_diag``, were in-place *forwards*; they are registered through their
@@ -15,15 +15,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from . import formulas_extended as X
-from .catalog import OpSpec, Sample, _gather_tangent, _mask, _zero_if_none, randn, register, shape
+from funcbwd.ops import legacy_formulas_extended as X
+from funcbwd.ops.registry import OpSpec, Sample, register
+from funcbwd.ops.helpers import gather_tangent, mask, randn, shape, zero_if_none
 
 Args = tuple[Any, ...]
 
 
 def _t(a: Args, t: tuple, i: int = 0) -> torch.Tensor:
     """The tangent of arg ``i`` (zeros when it has none)."""
-    return _zero_if_none(t[i], a[i])
+    return zero_if_none(t[i], a[i])
 
 
 # ------------------------------------------------------------------------------ zeros + scatter/put
@@ -79,7 +80,7 @@ for _name, _fn in (("cummax", torch.cummax), ("cummin", torch.cummin)):
             Sample("3x4 dim=1", (randn(3, 4, seed=121), 1)),
             Sample("3x4 dim=0", (randn(3, 4, seed=122), 0)),
         ],
-        jvp=lambda a, o, t: (_gather_tangent(_t(a, t), a[1], o[1], True), None),
+        jvp=lambda a, o, t: (gather_tangent(_t(a, t), a[1], o[1], True), None),
         group="extended",
     ))
 
@@ -329,7 +330,7 @@ register(OpSpec(
     source="derivatives.yaml masked_fill.Scalar: self: grad.clone().masked_fill_(mask, 0)",
     fixed_by="core pytorch#71751 series (out-of-place for subclass-like tensors)",
     schema="(Tensor grad, Tensor mask, SymInt[] self_sizes) -> Tensor",
-    make_samples=lambda: [Sample("3x4 mask (4,)", (randn(3, 4, seed=241), _mask(4, seed=242), 2.0))],
+    make_samples=lambda: [Sample("3x4 mask (4,)", (randn(3, 4, seed=241), mask(4, seed=242), 2.0))],
     jvp=lambda a, o, t: (torch.masked_fill(_t(a, t), a[1], 0.0),),
     group="extended",
     notes="Self grad only. Fails only when the mask is batched and grad is not.",

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import torch
 
-from . import internals
+from funcbwd import internals
 
 _LOCK = threading.Lock()
 _DEPTH = 0

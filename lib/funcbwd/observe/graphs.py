@@ -4,7 +4,7 @@ Forms of one op's backward for one sample (cotangent of the output's shape):
 
 * ``plain``: the legacy formula as written (``make_fx`` without functionalize: in-place ops stay);
 * ``functionalized``: ``make_fx(torch.func.functionalize(formula))`` (what per_formula runs);
-* ``traced``: functionalized, then :func:`funcbwd.elide.elide_copies` (what the traced strategy runs);
+* ``traced``: functionalized, then :func:`funcbwd.fx.elide.elide_copies` (what the traced strategy runs);
 * ``builtin``: torch's modern backward, ``make_fx`` of the ``vjp_fn`` of ``op.torch_op``.
 
 With ``vmap=True`` each form is captured as ``make_fx(vmap(form))`` over a batch of cotangents, so
@@ -30,9 +30,10 @@ import torch
 import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from . import catalog, elide
-from .errors import BadInputError, UnknownNameError
-from .strategies.traced import flatten_args, formula_args_for, trace_formula
+from funcbwd.fx import elide
+from funcbwd.ops import registry
+from funcbwd.errors import BadInputError, UnknownNameError
+from funcbwd.strategies.traced import flatten_args, formula_args_for, trace_formula
 
 FORMS = ("plain", "functionalized", "traced", "builtin")
 #: strategy name -> the form of the formula graph it runs under vmap (for bench's copy section).
@@ -172,15 +173,15 @@ def _capture_builtin(op, sample, vmap: bool, batch: int) -> tuple[torch.fx.Graph
     return gm, names
 
 
-def capture(op: str | catalog.OpSpec, form: str, sample: str | catalog.Sample | None = None,
+def capture(op: str | registry.OpSpec, form: str, sample: str | registry.Sample | None = None,
             vmap: bool = False, batch: int = 4) -> GraphCapture:
     """The FX graph of ``op``'s backward in ``form`` for ``sample`` (default: the first).
 
     A form that cannot be captured (plain under vmap, a data-dependent formula) gives a capture
     with ``error`` set and no graph, so views can show the error instead of hiding the form."""
-    spec = catalog.get_op(op) if isinstance(op, str) else op
+    spec = registry.get_op(op) if isinstance(op, str) else op
     form = check_form(form)
-    smp = sample if isinstance(sample, catalog.Sample) else spec.sample(sample)
+    smp = sample if isinstance(sample, registry.Sample) else spec.sample(sample)
     if not isinstance(batch, int) or batch < 1:
         raise BadInputError(f"batch must be a positive int, got {batch!r}")
     try:
@@ -260,8 +261,8 @@ class GraphDiff:
         return self.html()
 
 
-def diff(op: str | catalog.OpSpec, a: str, b: str, vmap: bool = False,
-         sample: str | catalog.Sample | None = None, batch: int = 4) -> GraphDiff:
+def diff(op: str | registry.OpSpec, a: str, b: str, vmap: bool = False,
+         sample: str | registry.Sample | None = None, batch: int = 4) -> GraphDiff:
     """Diff of ``op``'s backward graph in form ``a`` against form ``b``."""
     return GraphDiff(capture(op, a, sample, vmap, batch), capture(op, b, sample, vmap, batch))
 
@@ -333,7 +334,7 @@ def stats_of(cap: GraphCapture, label: str | None = None) -> CopyStats:
     return stats
 
 
-def copy_accounting(op: str | catalog.OpSpec, form: str, sample: str | catalog.Sample | None = None,
+def copy_accounting(op: str | registry.OpSpec, form: str, sample: str | registry.Sample | None = None,
                     vmap: bool = False, batch: int = 4) -> CopyStats:
     """Copy counts and bytes of ``op``'s backward in ``form`` (a form or a strategy name)."""
     return stats_of(capture(op, form, sample, vmap, batch), label=form)
@@ -342,7 +343,7 @@ def copy_accounting(op: str | catalog.OpSpec, form: str, sample: str | catalog.S
 def copy_table(ops: Iterable[str] | None = None, forms: Sequence[str] = ("plain", "functionalized", "traced"),
                vmap: bool = False, batch: int = 4) -> list[dict[str, Any]]:
     """One row per op x form (first sample): copies and bytes, and the excess over builtin."""
-    names = list(ops) if ops is not None else catalog.op_names("test")
+    names = list(ops) if ops is not None else registry.op_names("test")
     rows = []
     for name in names:
         base = copy_accounting(name, "builtin", vmap=vmap, batch=batch)
@@ -386,7 +387,7 @@ def _stats_line(s: CopyStats) -> str:
 # ------------------------------------------------------------------------------ CLI
 def configure_graph(p: argparse.ArgumentParser) -> None:
     p.epilog = ("forms:\n" + "\n".join(f"  {f}" for f in FORMS)
-                + "\n\nops: " + ", ".join(catalog.op_names()))
+                + "\n\nops: " + ", ".join(registry.op_names()))
     p.add_argument("op", help="op name (see `python -m funcbwd ops`)")
     p.add_argument("--from", dest="a", default="plain", help="form to diff from (default plain)")
     p.add_argument("--to", dest="b", default="traced", help="form to diff to (default traced)")
@@ -401,7 +402,7 @@ def main_graph(args: argparse.Namespace) -> int:
     if args.copies:
         sys.stdout.write(format_copy_table(copy_table(vmap=args.vmap, batch=args.batch)) + "\n")
         return 0
-    spec = catalog.get_op(args.op)
+    spec = registry.get_op(args.op)
     check_form(args.a), check_form(args.b)
     smp = spec.sample(args.sample)
     d = diff(spec, args.a, args.b, args.vmap, smp, args.batch)

@@ -14,13 +14,13 @@ from typing import Any
 
 import torch
 
-from . import catalog
-from .strategies import base
+from funcbwd.ops import registry
+from funcbwd.ops.active import active_strategy
 
 
 @functools.cache
-def function_for(op: "catalog.OpSpec | str") -> type[torch.autograd.Function]:
-    spec = catalog.get_op(op) if isinstance(op, str) else op
+def function_for(op: "registry.OpSpec | str") -> type[torch.autograd.Function]:
+    spec = registry.get_op(op) if isinstance(op, str) else op
 
     def forward(*args: Any) -> Any:
         return spec.torch_op(*args)
@@ -34,7 +34,7 @@ def function_for(op: "catalog.OpSpec | str") -> type[torch.autograd.Function]:
         ctx.layout = (tuple(None if i in tensor_pos else a for i, a in enumerate(inputs)),
                       tuple(tensor_pos), len(outs))
         ctx.mark_non_differentiable(*[o for i, o in enumerate(outs) if i not in spec.diff_outputs])
-        ctx.strategy = base.current()
+        ctx.strategy = active_strategy()  # None: no strategy, the formula runs as written
 
     def _restore(ctx) -> tuple[tuple, tuple]:
         template, tensor_pos, n_out = ctx.layout
@@ -47,7 +47,9 @@ def function_for(op: "catalog.OpSpec | str") -> type[torch.autograd.Function]:
     def backward(ctx, *grads: torch.Tensor) -> tuple:
         args, outs = _restore(ctx)
         dgrads = tuple(grads[i] for i in spec.diff_outputs)
-        result = ctx.strategy.run_formula(spec, spec.formula_args(args, outs, dgrads))
+        formula_args = spec.formula_args(args, outs, dgrads)
+        result = (spec.formula(*formula_args) if ctx.strategy is None
+                  else ctx.strategy.run_formula(spec, formula_args))
         result = result if isinstance(result, tuple) else (result,)
         out: list[Any] = [None] * len(args)
         for pos, g in zip(spec.grad_positions, result):
@@ -75,11 +77,11 @@ def function_for(op: "catalog.OpSpec | str") -> type[torch.autograd.Function]:
 
 def call(name: str, *args: Any) -> Any:
     """Call legacy op ``name`` like the torch op (positional args)."""
-    return function_for(catalog.get_op(name)).apply(*args)
+    return function_for(registry.get_op(name)).apply(*args)
 
 
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
-    spec = catalog.get_op(name)  # raises UnknownNameError listing valid ops
+    spec = registry.get_op(name)  # raises UnknownNameError listing valid ops
     return functools.partial(call, spec.name)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import catalog, matrix
-from .scenarios import SCENARIOS
-from .strategies import available, get_strategy
+from funcbwd.ops import registry
+from funcbwd.run import matrix
+from funcbwd.run.scenarios import SCENARIOS
+from funcbwd.strategies import available, get_strategy
 
 
 def _choices_help(kind: str, names: dict[str, str]) -> str:
@@ -20,7 +21,7 @@ def configure_ops(p: argparse.ArgumentParser) -> None:
 
 
 def main_ops(args: argparse.Namespace) -> int:
-    for spec in catalog.all_ops(args.group):
+    for spec in registry.all_ops(args.group):
         print(f"{spec.name}  [{spec.group}]")
         print(f"  legacy: {spec.source}")
         print(f"  fixed by: {spec.fixed_by}")
@@ -30,7 +31,7 @@ def main_ops(args: argparse.Namespace) -> int:
 
 def configure_matrix(p: argparse.ArgumentParser) -> None:
     p.epilog = "\n\n".join([
-        _choices_help("--ops", {s.name: f"[{s.group}] {s.fixed_by}" for s in catalog.all_ops()}),
+        _choices_help("--ops", {s.name: f"[{s.group}] {s.fixed_by}" for s in registry.all_ops()}),
         _choices_help("--scenarios", {n: s.description for n, s in SCENARIOS.items()}),
         _choices_help("--strategies", {n: get_strategy(n).summary for n in available()}),
         "status: pass | fail (classified reason) | mismatch (vs the per-sample loop) | not_applicable",

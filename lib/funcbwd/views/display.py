@@ -1,6 +1,6 @@
 """Display helpers shared by the notebooks: tables, a heatmap, verdicts and sources.
 
-Everything here turns *computed* results (``funcbwd.matrix.CellResult`` lists and the like) into
+Everything here turns *computed* results (``funcbwd.run.matrix.CellResult`` lists and the like) into
 something to look at; nothing here decides an outcome. Text reprs are deterministic (no timings,
 no addresses) so nbval can compare them: a change in library results changes the notebook's
 stored text and fails CI. Rich objects carry both ``_repr_html_``/``_repr_markdown_`` and a
@@ -14,8 +14,8 @@ import inspect
 import textwrap
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import matrix
-from .matrix import REASONS, CellResult
+from funcbwd.run import matrix
+from funcbwd.run.matrix import REASONS, CellResult
 
 STATUS_ORDER = ("pass", "pass_fallback", "mismatch", "fail", "not_applicable")
 STATUS_LABEL = {
@@ -45,7 +45,7 @@ def setup_notebook(seed: int = 0) -> None:
     import plotly.io as pio
     import torch
 
-    # torch.profiler (used by funcbwd.trace) logs timestamped kineto lines on stderr; level 6
+    # torch.profiler (used by funcbwd.observe.trace) logs timestamped kineto lines on stderr; level 6
     # silences them (read lazily at the first profile, so setting it here is in time).
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     pio.renderers.default = "plotly_mimetype"
@@ -331,9 +331,9 @@ def source(obj: Any, citation: str = "") -> Rich:
 
 def formula_source(op: str) -> Rich:
     """The legacy formula of a catalog op, cited with its C++ origin and the fix that replaced it."""
-    from . import catalog
+    from funcbwd.ops import registry
 
-    spec = catalog.get_op(op)
+    spec = registry.get_op(op)
     return source(spec.formula, f"{spec.source}; later fixed by {spec.fixed_by}")
 
 
@@ -438,16 +438,17 @@ def _by_op_scenario(results: Sequence[CellResult]) -> dict[str, dict[tuple[str, 
 
 def error_safety(strategy: str, scenarios: Sequence[str] = ("vmap_cotangents", "grad_inside_vmap"),
                  base_exception: Sequence[bool] = (False, True)) -> dict[str, Any]:
-    """Run formulas that raise (``funcbwd.inject``: before the first op, mid-formula, inside the
+    """Run formulas that raise (``funcbwd.ops.inject``: before the first op, mid-formula, inside the
     last op, after it; an Exception and a KeyboardInterrupt) under ``strategy`` and compare torch's
     transform state and the strategy's own bookkeeping before and after.
 
     The scenario runs directly (not through ``matrix.run``, whose cleanup would hide a leak); a
     leak found is cleaned up here so the caller's process stays usable.
     """
-    from . import inject, internals
-    from .scenarios import SCENARIOS, Case
-    from .strategies import get_strategy
+    from funcbwd import internals
+    from funcbwd.ops import inject
+    from funcbwd.run.scenarios import SCENARIOS, Case
+    from funcbwd.strategies import get_strategy
 
     st = get_strategy(strategy)
     checked, leaks = 0, []
@@ -474,9 +475,9 @@ def needs_per_op_input(strategy: str, op: str = "diag", field: str = "schema") -
     a measured answer to "what must be written by hand for each new formula?"."""
     import dataclasses as dc
 
-    from . import catalog
+    from funcbwd.ops import registry
 
-    spec = catalog.get_op(op)
+    spec = registry.get_op(op)
     blank = dc.replace(spec, name=f"{op}_without_{field}", **{field: ""})
     sample = next(s for s in spec.samples() if matrix.run(spec, "vmap_cotangents", "plain", s).status == "fail")
     with_field = matrix.run(spec, "vmap_cotangents", strategy, sample).status
@@ -490,7 +491,7 @@ def new_operators(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
     torch registers some of its own operators lazily (prims, c10d_functional...) on first use of
     make_fx, functionalize and friends: run a warm-up (:func:`warm_up_strategies`) first so the
     count is the strategy's own library growth."""
-    from . import internals
+    from funcbwd import internals
 
     before = internals.dispatcher_all_op_names()
     out = fn()
@@ -504,11 +505,11 @@ def warm_up_strategies(strategies: Iterable[str], ops: Sequence[str] = ("diag", 
     loads more of torch's lazily registered operators)."""
     import dataclasses as dc
 
-    from . import catalog
-    from .scenarios import SCENARIO_NAMES
+    from funcbwd.ops import registry
+    from funcbwd.run.scenarios import SCENARIO_NAMES
 
     for op in ops:
-        spec = catalog.get_op(op)
+        spec = registry.get_op(op)
         copy = dc.replace(spec, name=f"{op}_warmup")
         for st in strategies:
             for sc in SCENARIO_NAMES:

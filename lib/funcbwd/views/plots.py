@@ -1,4 +1,4 @@
-"""Charts for "Overhead and copies, measured", built from a :mod:`funcbwd.bench` result.
+"""Charts for "Overhead and copies, measured", built from a :mod:`funcbwd.measure.bench` result.
 
 Every function takes the result dict (``bench.run_bench`` or ``bench.load``) and returns a
 ``plotly.graph_objects.Figure``; nothing is displayed or written here, and no figure references a
@@ -13,8 +13,8 @@ from typing import Any, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import bench
-from .errors import BadInputError
+from funcbwd.measure import bench
+from funcbwd.errors import BadInputError
 
 # One colour per label, stable across charts.
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -83,7 +83,7 @@ def ratio_vs_batch(results: dict[str, Any], size: str = "small", metric: str = "
 
 def copies_chart(results: dict[str, Any], field: str = "extra_copies", vmap: bool = True) -> go.Figure:
     """Grouped bars per op: copies (or bytes) of each strategy's backward graph beyond builtin's,
-    from ``funcbwd.graphs`` copy accounting; a titled empty figure when that was unavailable."""
+    from ``funcbwd.observe.graphs`` copy accounting; a titled empty figure when that was unavailable."""
     copies = results.get("copies", {})
     if copies.get("status") != "ok":
         fig = go.Figure()

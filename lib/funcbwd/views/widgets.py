@@ -3,8 +3,8 @@
 Every view is updated *in place*: HTML widgets get a new ``.value`` and the chart is a
 ``go.FigureWidget`` updated inside ``batch_update``. Nothing re-renders into an
 ``ipywidgets.Output`` (that made nbclient hang in ~20% of executions, see jupyter-notes.md).
-Cells come from ``funcbwd.matrix.run`` (cached per op/sample/scenario/strategy), traces from
-``funcbwd.trace.trace`` and graph diffs from ``funcbwd.graphs``; a view whose module is missing
+Cells come from ``funcbwd.run.matrix.run`` (cached per op/sample/scenario/strategy), traces from
+``funcbwd.observe.trace.trace`` and graph diffs from ``funcbwd.observe.graphs``; a view whose module is missing
 says so instead of failing.
 """
 
@@ -13,34 +13,37 @@ from __future__ import annotations
 import html
 from typing import Any, Callable, Sequence
 
-from . import catalog, display, matrix
-from .matrix import CellResult
-from .scenarios import SCENARIO_NAMES
-from .strategies import available
+from funcbwd.ops import registry
+from funcbwd.run import matrix
+from funcbwd.views import display
+from funcbwd.run.matrix import CellResult
+from funcbwd.run.scenarios import SCENARIO_NAMES
+from funcbwd.strategies import available
+from funcbwd.errors import first_line
 
 
 def _trace_html(op: str, strategy: str, scenario: str) -> str:
     try:
-        from . import trace
+        from funcbwd.observe import trace
     except ImportError:
-        return "<i>funcbwd.trace is not available in this checkout.</i>"
+        return "<i>funcbwd.observe.trace is not available in this checkout.</i>"
     try:
         return trace.trace(op, strategy, scenario).html()
     except Exception as e:  # noqa: BLE001 - the view shows why there is no trace
-        return f"<i>no trace: {html.escape(type(e).__name__)}: {html.escape(matrix.first_line(str(e)))}</i>"
+        return f"<i>no trace: {html.escape(type(e).__name__)}: {html.escape(first_line(str(e)))}</i>"
 
 
 def _graph_html(op: str, strategy: str, scenario: str) -> str:
     try:
-        from . import graphs
+        from funcbwd.observe import graphs
     except ImportError:
-        return "<i>funcbwd.graphs is not available in this checkout.</i>"
+        return "<i>funcbwd.observe.graphs is not available in this checkout.</i>"
     try:
         # The formula as written against the form this strategy runs (plain: against traced).
         form = getattr(graphs, "STRATEGY_FORMS", {}).get(strategy, "traced")
         return graphs.diff(op, "plain", "traced" if form == "plain" else form).html()
     except Exception as e:  # noqa: BLE001
-        return f"<i>no graph: {html.escape(type(e).__name__)}: {html.escape(matrix.first_line(str(e)))}</i>"
+        return f"<i>no graph: {html.escape(type(e).__name__)}: {html.escape(first_line(str(e)))}</i>"
 
 
 class Explorer:
@@ -55,13 +58,13 @@ class Explorer:
         import ipywidgets as w
         import plotly.graph_objects as go
 
-        self.ops = list(ops or catalog.op_names("test"))
+        self.ops = list(ops or registry.op_names("test"))
         self.strategies = list(strategies or available())
         self.scenarios = list(scenarios or SCENARIO_NAMES)
         for kind, value, valid in (("op", op, self.ops), ("strategy", strategy, self.strategies),
                                    ("scenario", scenario, self.scenarios)):
             if value not in valid:
-                from .errors import UnknownNameError
+                from funcbwd.errors import UnknownNameError
                 raise UnknownNameError(kind, value, valid)
         self._cells: dict[tuple[str, str, str], list[CellResult]] = {}
         for r in results:

@@ -14,9 +14,9 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.func import jacfwd, vmap
 
-from .catalog import OpSpec, Sample
-from .errors import NotApplicableError
-from .strategies import Strategy
+from funcbwd.ops.registry import OpSpec, Sample
+from funcbwd.errors import NotApplicableError
+from funcbwd.strategies import Strategy
 
 BATCH = 3
 MAX_IN_DIMS_CHOICES = 16

@@ -1,9 +1,9 @@
 """Python re-creations of more historical (PyTorch ~1.10/1.11) backward formulas: the extended corpus.
 
-Same rules as :mod:`funcbwd.formulas`: each function follows the C++ line by line, keeping the
+Same rules as :mod:`funcbwd.ops.legacy_formulas`: each function follows the C++ line by line, keeping the
 in-place op (or the ``.item()``) that broke ``vmap(vjp(f))``; the comment above each names the C++
 helper (or the derivatives.yaml entry) and the PR that later fixed it in core, as listed in
-``shared/reference/legacy-formulas.md`` ("More candidates"). Three entries are *negative controls*:
+docs/legacy-formulas.md ("More candidates"). Three entries are *negative controls*:
 ``norm_inf_backward`` and ``copysign_self_backward`` write in place into a tensor derived from
 ``grad`` (already batched, so safe), and ``cumprod_backward`` / ``narrow_tensor_backward`` depend
 on ``.item()`` (data-dependent control flow that no functionalization can remove).
@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from .formulas import _zeros
+from funcbwd.ops.legacy_formulas import _zeros
 
 
 # --------------------------------------------------------------------- zeros + scatter/put/index_put

@@ -23,12 +23,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import catalog, matrix
-from .errors import parse_names
-from .scenarios import SCENARIO_NAMES
-from .strategies import available
+from funcbwd.ops import registry
+from funcbwd.run import matrix
+from funcbwd.errors import parse_names
+from funcbwd.run.scenarios import SCENARIO_NAMES
+from funcbwd.strategies import available
+from funcbwd.errors import first_line
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BENCH_JSON = ROOT / "data" / "bench-quick.json"
 COVERAGE_JSON = ROOT / "data" / "coverage-default.json"
 #: the strategy whose trace and graph the report contrasts with the legacy formula (plain)
@@ -104,7 +106,7 @@ class Context:
 
 
 def matrix_section(ctx: Context) -> str:
-    from . import display
+    from funcbwd.views import display
     parts = [f"<p>{len(ctx.results)} cells ({ctx.samples} samples): "
              + html.escape(", ".join(f"{s} {sum(r.status == s for r in ctx.results)}"
                                      for s in matrix.STATUSES)) + ".</p>",
@@ -117,7 +119,7 @@ def matrix_section(ctx: Context) -> str:
 
 
 def verdict_section(ctx: Context) -> str:
-    from . import display
+    from funcbwd.views import display
     return "\n".join(f'<div class="verdict"><b>{html.escape(op)}.</b> '
                      f"{html.escape(display.verdict_text(op, ctx.results))}</div>" for op in ctx.ops)
 
@@ -129,7 +131,7 @@ def _trace_scenario(ctx: Context, op: str) -> str:
 
 
 def trace_section(ctx: Context) -> str:
-    from . import trace
+    from funcbwd.observe import trace
     parts = ["<p>What each backward formula executes in one scenario, and how vmap handles each "
              f"call: the legacy formula (plain) where it fails, then {FIX_STRATEGY} in the same "
              "scenario.</p>"]
@@ -143,7 +145,7 @@ def trace_section(ctx: Context) -> str:
 
 
 def graph_section(ctx: Context) -> str:
-    from . import graphs
+    from funcbwd.observe import graphs
     parts = ["<p>Each op's backward formula as written (plain) against what the traced strategy "
              "runs (functionalized, copies elided): FX graphs, removed lines red, added green.</p>"]
     for op in ctx.ops:
@@ -153,7 +155,8 @@ def graph_section(ctx: Context) -> str:
 
 
 def bench_section(ctx: Context) -> str:
-    from . import bench, plots
+    from funcbwd.measure import bench
+    from funcbwd.views import plots
     if not BENCH_JSON.exists():
         raise Missing(f"no saved bench results at {BENCH_JSON.relative_to(ROOT)} "
                       "(produce them with: python -m funcbwd bench --out data/bench-quick.json)")
@@ -167,7 +170,7 @@ def bench_section(ctx: Context) -> str:
 
 
 def coverage_section(ctx: Context) -> str:
-    from . import coverage
+    from funcbwd.measure import coverage
     if not COVERAGE_JSON.exists():
         raise Missing(f"no saved coverage sweep at {COVERAGE_JSON.relative_to(ROOT)} "
                       "(produce it with: python -m funcbwd coverage --out data/coverage-default.json)")
@@ -187,7 +190,8 @@ def design_evidence(ctx: Context) -> tuple[dict[str, dict[str, Any]], dict[str, 
     """The design-review criteria, measured with the same library calls as
     notebooks/design_review (without a saved bench run the timing criterion stays None = not
     measured, which ranks last). Returns (evidence, criterion -> how it was measured)."""
-    from . import display, graphs
+    from funcbwd.observe import graphs
+    from funcbwd.views import display
 
     cands = [st for st in CANDIDATES if st in ctx.strategies]
     evidence = {st: dict(e) for st, e in display.matrix_evidence(ctx.results).items() if st in cands}
@@ -203,7 +207,7 @@ def design_evidence(ctx: Context) -> tuple[dict[str, dict[str, Any]], dict[str, 
                                      if r["form"] == form and r["extra_copies"] is not None)
         evidence[st]["per_op_code"] = display.needs_per_op_input(st)
     if BENCH_JSON.exists():
-        from . import bench
+        from funcbwd.measure import bench
 
         rows = bench.overhead_rows(bench.load(str(BENCH_JSON)))
         for st in cands:
@@ -214,7 +218,7 @@ def design_evidence(ctx: Context) -> tuple[dict[str, dict[str, Any]], dict[str, 
 
 
 def design_section(ctx: Context) -> str:
-    from . import display
+    from funcbwd.views import display
     evidence, how = design_evidence(ctx)
     if not evidence:
         raise Missing("none of the candidate strategies (" + ", ".join(CANDIDATES) + ") was run")
@@ -258,7 +262,7 @@ def build_sections(ctx: Context, progress: Callable[[str], None] | None = None) 
         except Exception as e:  # noqa: BLE001 - one broken view must not lose the others
             sec.status = "error"
             sec.body = _note(f"This section failed to build: {type(e).__name__}: "
-                             f"{matrix.first_line(str(e))}", "error")
+                             f"{first_line(str(e))}", "error")
         sec.seconds = time.perf_counter() - start
         if progress:
             progress(f"{sid}: {sec.status} ({sec.seconds:.1f} s)")
@@ -299,8 +303,8 @@ def build_report(ops: str | Sequence[str] | None = None, *, quick: bool = False,
                  progress: Callable[[str], None] | None = None) -> tuple[str, list[Section]]:
     """The report's HTML and its sections (default ops: the 8 test ops of functorch#241)."""
     start = time.perf_counter()
-    ctx = Context(ops=parse_names("op", ops if ops is not None else list(catalog.TEST_OPS),
-                                  catalog.op_names()),
+    ctx = Context(ops=parse_names("op", ops if ops is not None else list(registry.TEST_OPS),
+                                  registry.op_names()),
                   scenarios=parse_names("scenario", scenarios, SCENARIO_NAMES),
                   strategies=parse_names("strategy", strategies, available()),
                   samples="first" if quick else "all", figure=FigureEmbedder())

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import catalog
+from funcbwd.ops import registry
 
 #: where the formula raises: before any op, after the factory + view, inside the last op itself
 #: (torch's own error from copy_), or after the last op has written its result
@@ -30,7 +30,7 @@ class InjectedInterrupt(KeyboardInterrupt):
 
 
 def _diag_raising(point: str, exc: type[BaseException]) -> Callable[..., Any]:
-    # Same shape as funcbwd.formulas.diag_backward's non-square branch, with a failure placed at ``point``.
+    # Same shape as funcbwd.ops.legacy_formulas.diag_backward's non-square branch, with a failure placed at ``point``.
     def formula(grad: torch.Tensor, input_sizes, diagonal: int) -> torch.Tensor:
         if point == "before_first_op":
             raise exc("injected before the first op")
@@ -50,19 +50,19 @@ def _diag_raising(point: str, exc: type[BaseException]) -> Callable[..., Any]:
 
 
 @functools.cache
-def raising_op(point: str, base_exception: bool = False) -> catalog.OpSpec:
+def raising_op(point: str, base_exception: bool = False) -> registry.OpSpec:
     """A copy of ``diag`` whose formula raises at ``point`` (an OpSpec not in the registry)."""
     if point not in POINTS:
-        from .errors import UnknownNameError
+        from funcbwd.errors import UnknownNameError
 
         raise UnknownNameError("injection point", point, POINTS)
     exc = InjectedInterrupt if base_exception else InjectedError
-    spec = catalog.get_op("diag")
+    spec = registry.get_op("diag")
     name = f"diag_inject_{point}{'_interrupt' if base_exception else ''}"
     return dataclasses.replace(spec, name=name, formula=_diag_raising(point, exc),
                                group="injection")
 
 
-def non_square_sample() -> catalog.Sample:
-    return catalog.get_op("diag").sample("3x5 k=1")
+def non_square_sample() -> registry.Sample:
+    return registry.get_op("diag").sample("3x5 k=1")
 

@@ -1,13 +1,13 @@
 """The OpInfo coverage sweep: ``vmap(vjp)`` over torch's op database, per strategy.
 
 It asks "what would functionalizing torch's *own* backward formulas do to every op?", with
-PyTorch's test_vmapvjp methodology (``shared/reference/functorch-methodology.md``): float32 CPU
+PyTorch's test_vmapvjp methodology (docs/methodology.md): float32 CPU
 samples of ``op_db``; every flattened tensor arg (input, index, mask, weight...) and every cotangent
 batched; in_dims ``(0,)*n`` then each ``(-1, None)`` combination except all-None (capped); batched
 inputs are copies of one sample, so the reference is the unbatched builtin result expanded along
 the batch dim (today's PyTorch); atol = rtol = 1e-4. Only strategies that act on torch's C++
 backward nodes apply (``builtin``, ``whole``, ``hooks``). Each (op, sample, strategy) record says
-pass / fail (classified with :func:`funcbwd.matrix.classify`) / mismatch / skipped / unavailable,
+pass / fail (classified with :func:`funcbwd.run.matrix.classify`) / mismatch / skipped / unavailable,
 and which ATen ops sent vmap to its slow per-sample fallback (the "performance drop" warning).
 """
 
@@ -29,11 +29,11 @@ import torch
 from torch.func import vmap
 from torch.utils import _pytree as pytree
 
-from . import internals
-from .errors import BadInputError, UnknownNameError, parse_names
-from . import scenarios
-from .matrix import classify, fallback_ops, first_line
-from .strategies import STRATEGY_NAMES, available, get_strategy
+from funcbwd import internals
+from funcbwd.errors import BadInputError, UnknownNameError, first_line, parse_names
+from funcbwd.run import scenarios
+from funcbwd.run.matrix import classify, fallback_ops
+from funcbwd.strategies import STRATEGY_NAMES, available, get_strategy
 
 SWEEP_STRATEGIES = ("builtin", "whole", "hooks")
 STATUSES = ("pass", "fail", "mismatch", "skipped", "unavailable")
@@ -171,7 +171,7 @@ def add_batch_dim(t: torch.Tensor, bdim: int | None, batch: int = BATCH) -> torc
 
 
 def in_dims_choices(n: int, cap: int | None = DEFAULT_MAX_IN_DIMS) -> tuple[list, int]:
-    """(choices, total) of :func:`funcbwd.scenarios.in_dims_choices` (PyTorch's test_vmapvjp)."""
+    """(choices, total) of :func:`funcbwd.run.scenarios.in_dims_choices` (PyTorch's test_vmapvjp)."""
     return scenarios.in_dims_choices(n, cap), 2 ** n  # (0,)*n plus 2**n - 1 (-1, None) combos
 
 
@@ -193,7 +193,7 @@ def _close(actual: Sequence[Any], ref: Sequence[torch.Tensor]) -> float | None:
 
 
 def classify_sweep(exc: BaseException) -> str:
-    """:func:`funcbwd.matrix.classify`, with two OpInfo-specific refinements of 'other'."""
+    """:func:`funcbwd.run.matrix.classify`, with two OpInfo-specific refinements of 'other'."""
     reason, msg = classify(exc), str(exc)
     if reason == "other" and "randomness" in msg:
         return "randomness"  # a random op under vmap's default randomness='error'

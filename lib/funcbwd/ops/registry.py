@@ -1,0 +1,137 @@
+"""The op registry: one :class:`OpSpec` per op, tying the modern torch op to its legacy formula.
+
+Adding a formula is one call to :func:`register` (docs/adding-a-formula.md): the matrix,
+traces, graphs, bench and notebooks iterate over the registry and pick it up. The registrations
+themselves live beside this module (``test_ops``, ``corpus``, ``live_*``) and are loaded by
+``funcbwd.ops``; user formulas load as plugins (:mod:`funcbwd.ops.plugins`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from funcbwd.errors import BadInputError, UnknownNameError, first_line
+
+Args = tuple[Any, ...]
+
+#: The 8 test ops of the design discussion (functorch#241).
+TEST_OPS = ("masked_select", "clamp", "diag", "index_select", "topk", "prod", "mode", "sort")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One call of an op: positional ``args`` (tensors and Python values); ``diff`` lists the
+    positions of differentiable tensor args."""
+
+    name: str
+    args: Args
+    diff: tuple[int, ...] = (0,)
+
+    def tensor_positions(self) -> list[int]:
+        return [i for i, a in enumerate(self.args) if isinstance(a, torch.Tensor)]
+
+    def nondiff_tensor_positions(self) -> list[int]:
+        return [i for i in self.tensor_positions() if i not in self.diff]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """One op: the modern torch op, its legacy in-place backward formula, and samples.
+
+    ``formula_args(args, outputs, grads)`` builds the formula's arguments from the forward's
+    positional args, its outputs and the incoming grads (one per differentiable output);
+    the formula returns one grad (or a tuple) for the args at ``grad_positions``.
+    """
+
+    name: str
+    torch_op: Callable[..., Any]
+    formula: Callable[..., Any]
+    formula_args: Callable[[Args, tuple, tuple], Args]
+    grad_positions: tuple[int, ...]
+    source: str
+    fixed_by: str
+    make_samples: Callable[[], list[Sample]]
+    schema: str
+    diff_outputs: tuple[int, ...] = (0,)
+    jvp: Callable[[Args, tuple, tuple], tuple] | None = None
+    group: str = "test"  # "test" (the 8 ops of functorch#241), "extended", "negative_control", "live"
+    notes: str = ""
+    #: The modern out-of-place formula (as core has it today), same signature as ``formula``:
+    #: the ``handfixed`` reference strategy runs it through the same machinery.
+    handfixed: Callable[..., Any] | None = None
+    #: "backward" (``formula`` is a vjp formula) or "jvp" (``formula`` is a forward-mode formula:
+    #: ``formula_args(args, outputs, tangents)`` builds its args, it returns the output tangents).
+    kind: str = "backward"
+
+    def samples(self) -> list[Sample]:
+        return self.make_samples()
+
+    def sample(self, name: str | None = None) -> Sample:
+        samples = self.samples()
+        if name is None:
+            return samples[0]
+        for s in samples:
+            if s.name == name:
+                return s
+        raise UnknownNameError("sample", name, [s.name for s in samples], of=self.name)
+
+    def outputs_tuple(self, out: Any) -> tuple:
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    def diff_out(self, out: Any) -> tuple[torch.Tensor, ...]:
+        """The differentiable outputs only (e.g. topk's values, not its indices)."""
+        outs = self.outputs_tuple(out)
+        return tuple(outs[i] for i in self.diff_outputs)
+
+
+def validate_sample(spec: OpSpec, sample: Sample) -> None:
+    """Reject a sample the scenarios cannot run meaningfully, naming the problem.
+
+    Differentiable args must be real floating-point tensors (the formulas and the loop reference
+    are real-valued), and the op's own forward must accept the args (wrong shapes are caught
+    here, with torch's message, instead of surfacing as a failed cell)."""
+    if not isinstance(sample, Sample):
+        raise BadInputError(f"sample must be a funcbwd.ops.registry.Sample, got {type(sample).__name__}")
+    if not sample.diff:
+        raise BadInputError(f"sample {sample.name!r} of {spec.name} has no differentiable arg (diff=())")
+    for p in sample.diff:
+        a = sample.args[p] if p < len(sample.args) else None
+        if not isinstance(a, torch.Tensor):
+            raise BadInputError(f"{spec.name}: differentiable arg {p} must be a tensor, got "
+                                f"{type(a).__name__}")
+        if a.is_complex() or not a.is_floating_point():
+            raise BadInputError(f"{spec.name}: differentiable arg {p} has dtype {a.dtype}; use "
+                                "float32 or float64 (integer and complex inputs are not supported)")
+    try:
+        with torch.no_grad():
+            spec.torch_op(*sample.args)
+    except (RuntimeError, TypeError, IndexError, ValueError) as e:
+        first = first_line(str(e)) or type(e).__name__
+        raise BadInputError(f"sample {sample.name!r} is not valid input for {spec.name}: {first}") from e
+
+
+_REGISTRY: dict[str, OpSpec] = {}
+
+
+def register(spec: OpSpec) -> OpSpec:
+    if spec.name in _REGISTRY:
+        raise ValueError(f"op {spec.name!r} is already registered")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def get_op(name: str) -> OpSpec:
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise UnknownNameError("op", name, _REGISTRY)
+    return _REGISTRY[name]
+
+
+def op_names(group: str | None = None) -> list[str]:
+    return [n for n, s in _REGISTRY.items() if group is None or s.group == group]
+
+
+def all_ops(group: str | None = None) -> list[OpSpec]:
+    return [_REGISTRY[n] for n in op_names(group)]
