@@ -59,8 +59,8 @@ def raising_op(point: str, base_exception: bool = False) -> registry.OpSpec:
     exc = InjectedInterrupt if base_exception else InjectedError
     spec = registry.get_op("diag")
     name = f"diag_inject_{point}{'_interrupt' if base_exception else ''}"
-    return dataclasses.replace(spec, name=name, formula=_diag_raising(point, exc),
-                               group="injection")
+    raising = _diag_raising(point, exc)
+    return dataclasses.replace(spec, name=name, formula=raising, handfixed=raising, group="injection")
 
 
 def non_square_sample() -> registry.Sample:

@@ -11,6 +11,7 @@ from funcbwd.strategies.base import Strategy, current
 _MODULES = {
     "plain": ("plain", "Plain"),
     "builtin": ("builtin", "Builtin"),
+    "handfixed": ("handfixed", "Handfixed"),
     "composite": ("composite", "Composite"),
     "hooks": ("hooks", "Hooks"),
     "whole": ("whole", "Whole"),
