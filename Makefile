@@ -6,13 +6,41 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lab test test-unit test-notebooks test-browser notebooks report clean
+.PHONY: setup install-torch lab test test-unit test-notebooks test-browser notebooks report clean
+
+# Where torch comes from. On Linux, `torch==X` from PyPI is the CUDA build (~3 GB with its
+# nvidia-* wheels); PyTorch's CPU wheel index has the CPU build (~200 MB), which is all the
+# workbench needs. TORCH_INDEX=auto (the default) installs torch from that index when it answers
+# within 5 s and from pip's default index otherwise (offline mirrors, local wheels);
+# TORCH_INDEX=cpu or TORCH_INDEX=default forces one. `make install-torch DRY=echo` prints the
+# command instead of running it. The pin is read from pyproject.toml.
+TORCH_INDEX ?= auto
+CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_PROBE ?= $(PYTHON) -c "import urllib.request; urllib.request.urlopen('$(CPU_INDEX)/torch/', timeout=5)"
+TORCH_REQ := $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
+DRY ?=
+TORCH_INSTALL = case "$(TORCH_INDEX)" in \
+	  cpu|default) source=$(TORCH_INDEX) ;; \
+	  auto) if $(TORCH_PROBE) >/dev/null 2>&1; then source=cpu; else source=default; \
+	        echo "torch: $(CPU_INDEX) did not answer; using pip's default index (TORCH_INDEX=cpu insists)" >&2; fi ;; \
+	  *) echo "TORCH_INDEX must be auto, cpu or default, not '$(TORCH_INDEX)'" >&2; exit 2 ;; \
+	esac; \
+	if [ $$source = cpu ]; then \
+	  echo "torch: $(TORCH_REQ), CPU build, from $(CPU_INDEX)" >&2; \
+	  $(DRY) $(PY) -m pip install --quiet "$(TORCH_REQ)" --index-url $(CPU_INDEX); \
+	else \
+	  $(DRY) $(PY) -m pip install --quiet "$(TORCH_REQ)"; \
+	fi
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=24"
+	@$(TORCH_INSTALL)
 	$(PY) -m pip install --quiet -e ".[lab,test]"
 	touch $(STAMP)
+
+install-torch:
+	@$(TORCH_INSTALL)
 
 setup: $(STAMP)
 
@@ -20,7 +48,10 @@ setup: $(STAMP)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 LAB_ARGS ?=
 
+# jupyter_config/ holds the project's JupyterLab defaults (no news prompt, no update check; see
+# jupyter_config/jupyter_server_config.py); a person's own settings still win.
 lab: setup
+	JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter_config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
 	$(VENV)/bin/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=$(CURDIR) $(LAB_ARGS) notebooks/00_overview.ipynb
 
 report: setup

@@ -6,13 +6,39 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
 
 # %% [markdown]
-# # funcbwd overview: functionalizing in-place backward formulas for `vmap(vjp(f))`
+# # funcbwd: how should in-place backward formulas be functionalized for `vmap(vjp(f))`?
+#
+# **The decision first**, computed by `funcbwd.measure.review.decision` from the saved evidence
+# (`data/review-evidence.json`; counts over every sample). `design_review` recomputes each row live,
+# and section 4 checks the counts against this notebook's own run of the matrix.
+
+# %%
+import os
+
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # read when torch loads: no C++ warnings in outputs
+from funcbwd.measure import review
+from funcbwd.views import decision as decision_view, display
+
+display.setup_notebook()
+evidence = review.load_evidence(os.path.join("..", "data", review.EVIDENCE_FILE))
+decision = review.decision(evidence)
+decision_view.block(decision)
+
+# %% [markdown]
+# The same numbers, one panel per criterion in ranking order (the pick green; orange where a
+# candidate falls behind the pick):
+
+# %% tags=["nbval-ignore-output"]
+decision_view.chart(decision)
+
+# %% [markdown]
+# ## The problem
 #
 # In late 2021 several PyTorch backward formulas wrote into a freshly made tensor *in place*
 # (`zeros(...).index_add_(...)`, `.diagonal().copy_(...)`, `.scatter_(...)`). Under
@@ -20,26 +46,19 @@
 # refuses to write a batched tensor into an unbatched one. The design question (functorch#241):
 # *how should such formulas be functionalized when vmap is active?*
 #
-# This notebook shows the problem in five minutes, then the whole op x strategy x scenario matrix,
-# then an explorer. Every number below is computed by a `funcbwd` call in this notebook.
+# Below: the problem in five minutes, then the whole op x strategy x scenario matrix, then an
+# explorer. Every number is computed by a `funcbwd` call in this notebook.
 
 # %%
-import os
-
-# Read when torch loads (so before any import of it): keeps torch's C++-side warnings, which are
-# timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
-os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-
 import torch
 from torch.func import vmap
 
 from funcbwd import internals
 from funcbwd.ops import registry
-from funcbwd.run import matrix
-from funcbwd.views import display
+from funcbwd.errors import first_line
+from funcbwd.run import matrix, outcomes
 from funcbwd.strategies import available, get_strategy
 
-display.setup_notebook()
 print("strategies:", ", ".join(available()))
 
 # %% [markdown]
@@ -74,9 +93,9 @@ try:
     raise AssertionError("the legacy formula was expected to fail under vmap")
 except RuntimeError as e:
     error = e
-print(type(error).__name__ + ":", matrix.first_line(str(error), 160))
-print("classified as:", matrix.classify(error))
-assert matrix.classify(error) == "vmap_inplace"
+print(type(error).__name__ + ":", first_line(str(error), 160))
+print("classified as:", outcomes.classify(error))
+assert outcomes.classify(error) == "vmap_inplace"
 assert internals.stack_depth() == 0  # the failing transform left no level behind
 
 # %% [markdown]
@@ -120,50 +139,57 @@ assert torch.allclose(grads, loop, atol=1e-6)
 # %% [markdown]
 # ## 4. The matrix: every op x scenario x strategy
 #
-# `funcbwd.run.matrix.run_matrix` runs each of the 8 test ops of functorch#241 (first sample here; the
-# per-op notebooks run every sample) in 8 transform scenarios under every strategy, and compares
-# each result with a per-sample Python loop. Strategies:
+# `funcbwd.run.matrix.run_matrix` runs each of the 8 test ops of functorch#241, every sample, in 8
+# transform scenarios under every strategy, and compares each result with a per-sample Python loop
+# (about a minute). Every count in this notebook is over op x scenario cells, and a cell passes only
+# if every one of its samples passes: the same basis as the decision above. Strategies:
 
 # %%
 for name in available():
     print(f"{name:12s} {get_strategy(name).summary}")
 
 # %%
-results = matrix.run_matrix(ops=registry.TEST_OPS, samples="first")
-print(len(results), "cells;", {s: sum(r.status == s for r in results) for s in matrix.STATUSES})
+results = matrix.run_matrix(ops=registry.TEST_OPS, samples="all")
+print(review.basis_text(review.basis(results)))
+print("sample runs by status:", {s: sum(r.status == s for r in results) for s in outcomes.STATUSES})
 
 # %% [markdown]
-# Hover a cell for the classified failure reason, the ops that sent vmap to its slow per-sample
-# fallback and the failing samples. (Colour: green pass, light green pass via the slow fallback,
-# orange wrong result, red failure, grey not applicable.)
+# Hover a cell for the classified failure reason, what ran, the ops that sent vmap to its slow
+# per-sample fallback and the failing samples; the legend names each colour.
 
 # %% tags=["nbval-ignore-output"]
-display.matrix_heatmap(results, title="8 test ops x 8 scenarios x strategies (first sample)")
+display.matrix_heatmap(results, title="8 test ops x 8 scenarios x strategies (all samples)")
 
 # %% [markdown]
-# The same matrix as text (`ok`, `FAIL k/n reason`, `WRONG`, `n/a`; `+fb` = the slow fallback ran):
+# The same matrix as text (`ok`, `FAIL k/n reason` with k of n samples passing, `WRONG`, `n/a`;
+# `+fb` = the slow fallback ran; `ok*` = passed without the strategy's mechanism running):
 
 # %%
 print(display.matrix_text(results))
 
 # %% [markdown]
-# Per strategy, the number of op x scenario cells that pass, over the applicable ones:
+# Per strategy, the counts the decision weighs, recomputed from this run (cells over all samples):
+# fixes over plain (plain fails, the strategy passes with its own mechanism ran), passes of the
+# applicable cells, passes through the slow fallback, failures and wrong results.
 
 # %%
-summary = matrix.summarize(results)
-rows = []
-for st in available():
-    cells = [c for (op, sc, s), c in summary.items() if s == st]
-    applicable = [c for c in cells if c["status"] != "not_applicable"]
-    rows.append({
-        "strategy": st,
-        "pass": sum(c["status"] == "pass" for c in applicable),
-        "applicable": len(applicable),
-        "via slow fallback": sum(c["status"] == "pass" and bool(c["fallback_ops"]) for c in applicable),
-        "fail": sum(c["status"] == "fail" for c in applicable),
-        "wrong": sum(c["status"] == "mismatch" for c in applicable),
-    })
-display.records_table(rows)
+counts = review.matrix_evidence(results)
+display.records_table([{"strategy": st, "fixes over plain": f"{c['fixes']}/{c['plain_failures']}",
+                        "passes": f"{c['passed']}/{c['applicable']}", "via slow fallback": c["fallback_cells"],
+                        "fail": c["failed"], "wrong": c["wrong"]} for st, c in counts.items()],
+                      caption=review.basis_text(review.basis(results)))
+
+# %% [markdown]
+# Those are the numbers the saved evidence at the top holds; if the code changed since it was
+# saved, this cell says which differ (regenerate with `python tools/update_readme.py`):
+
+# %%
+keys = ("fixes", "plain_failures", "passed", "applicable", "no_fallback", "wrong")
+stale = [f"{st}.{k}: saved {evidence.strategies[st].get(k)}, now {c[k]}"
+         for st, c in counts.items() if st in evidence.strategies for k in keys
+         if evidence.strategies[st].get(k) != c[k]]
+print("\n".join(stale) or "the saved evidence matches this run on every count")
+assert not stale
 
 # %% [markdown]
 # ## 5. Guide to the other notebooks
@@ -174,14 +200,15 @@ display.records_table(rows)
 #   plain -> functionalized -> elided, overhead and copies, a generated verdict).
 # - `overhead_and_copies`: what functionalization costs, across ops, from saved bench results.
 # - `coverage`: the sweep of torch's OpInfo database.
-# - `design_review`: the three approaches of the original discussion plus `per_formula` and
-#   `traced`, compared on computed criteria, ending with a generated recommendation.
+# - `design_review`: the decision above, recomputed live, then the original discussion answered
+#   point by point (approaches 1-3, the cheap option 2, copies, ops becoming public API).
 #
 # ## 6. Explorer
 #
 # Pick an op, a strategy and a scenario: the status line, the chart (every strategy on that op and
 # scenario), the dispatch-key trace and the graph diff update in place. Cells not in the matrix
-# above are run on demand.
+# above are run on demand. Opened without a kernel, the cell shows a static snapshot of this first
+# view instead; run it to interact.
 
 # %%
 from funcbwd.views.widgets import Explorer

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -14,174 +14,229 @@
 # %% [markdown]
 # # Design review: how should in-place backward formulas be functionalized under vmap?
 #
-# The original discussion (functorch#241, Nov 2021) weighed three approaches; funcbwd implements
-# each as a strategy, plus two more:
-#
-# | strategy | approach |
-# |---|---|
-# | `composite` | **Approach 1**: register each backward formula as a (private) composite operator whose vmap kernel functionalizes it |
-# | `hooks` | **Approach 2**: autograd pre/post hooks turn functionalization on before a node runs and off after, even if it raises |
-# | `whole` | **Functionalize the whole backward** when vmap sees a backward pass |
-# | `per_formula` | the thread's "cheap option 2", done generically: one decorator functionalizes a formula iff vmap is active |
-# | `traced` | `per_formula`, traced once per signature, with functionalization's `aten.copy` elided by an FX pass |
-#
-# `plain` (the legacy formula as written) and `builtin` (torch's hand-fixed modern formula) are the
-# references. Each criterion below is computed in this notebook by the library call named with it.
+# **The decision first**, recomputed live here: every sample of the 8 test ops in every scenario
+# under every strategy (about two minutes), the saved bench run and the live probes, weighed by
+# `funcbwd.measure.review.decision`. Then the original discussion (functorch#241), point by point,
+# each point with the computed cell that decides it.
 
 # %%
 import os
 
-# Read when torch loads (so before any import of it): keeps torch's C++-side warnings, which are
-# timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
-os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-
-from funcbwd.observe import graphs
-from funcbwd.ops import registry
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # read when torch loads: no C++ warnings in outputs
+from funcbwd.measure import bench_results, review
 from funcbwd.run import matrix
-from funcbwd.views import display
-from funcbwd.strategies import available, get_strategy
+from funcbwd.views import decision as decision_view, display
 
 display.setup_notebook()
-CANDIDATES = [s for s in ("composite", "hooks", "whole", "per_formula", "traced") if s in available()]
-REFERENCES = [s for s in ("plain", "builtin") if s in available()]
-print("candidates:", ", ".join(CANDIDATES), "| references:", ", ".join(REFERENCES))
+DATA = os.path.join("..", "data")
+results = matrix.run_test_ops()
+bench = bench_results.load(os.path.join(DATA, review.BENCH_FILE))
+evidence = review.collect_evidence(results, bench, bench_source="data/" + review.BENCH_FILE)
+decision = review.decision(evidence)
+decision_view.block(decision)
 
 # %% [markdown]
-# ## 1. Correctness coverage and nesting (`funcbwd.run.matrix.run_matrix`)
-#
-# Every test op (first sample) in every scenario, one strategy at a time, recording the operators
-# the dispatcher learns meanwhile (`funcbwd.views.display.new_operators`): the operator-library growth
-# each approach causes for the 8 ops. torch registers some of its own operators lazily on first use
-# of its transforms, so every strategy first runs once on a throwaway copy of diag
-# (`funcbwd.views.display.warm_up_strategies`).
+# The same numbers, one panel per criterion in ranking order:
 
-# %%
-display.warm_up_strategies(REFERENCES + CANDIDATES)
-results, added_test = [], {}
-for st in REFERENCES + CANDIDATES:
-    cells, added_test[st] = display.new_operators(
-        lambda: matrix.run_matrix(ops=registry.TEST_OPS, strategies=[st], samples="first"))
-    results += cells
-ops_added_test = {st: len(names) for st, names in added_test.items()}
-for st, names in added_test.items():
-    print(f"{st:12s} operators added: {', '.join(names) or '(none)'}")
-
-# %%
-evidence = display.matrix_evidence(results)
-display.records_table([{"strategy": st, "coverage": evidence[st]["coverage"],
-                        "fallback cells": evidence[st]["fallback_cells"],
-                        "scenarios where every op passes": evidence[st]["nesting"],
-                        "ops added (8 test ops)": ops_added_test[st]} for st in REFERENCES + CANDIDATES])
-
-# %%
-for st in CANDIDATES:
-    missing = [sc for sc in matrix.SCENARIO_NAMES if sc not in evidence[st]["nesting_scenarios"]]
-    print(f"{st:12s} not fully passing: {', '.join(missing) or '(none)'}")
+# %% tags=["nbval-ignore-output"]
+decision_view.chart(decision)
 
 # %% [markdown]
-# ## 2. The extended corpus: reach and library growth (`funcbwd.run.matrix.run`)
-#
-# The further legacy formulas of `funcbwd.ops.corpus` (beyond the 8 test ops), in the scenario of the original report
-# (`vmap_cotangents`, first sample), again recording the operators added.
+# The overview, the report and the README show the *saved* evidence (`data/review-evidence.json`,
+# written by `tools/update_readme.py`). Does it say what this live run says?
 
 # %%
-corpus_ops = [op for op in registry.op_names() if op not in registry.TEST_OPS]
-corpus, ops_added_corpus = {}, {}
-for st in CANDIDATES:
-    corpus[st], added = display.new_operators(lambda: [matrix.run(op, "vmap_cotangents", st) for op in corpus_ops])
-    ops_added_corpus[st] = len(added)
-plain_fails = {r.op for r in (matrix.run(op, "vmap_cotangents", "plain") for op in corpus_ops) if not r.ok}
-print(f"{len(corpus_ops)} corpus ops; the legacy formula fails vmap_cotangents for {len(plain_fails)}")
-for st in CANDIDATES:
-    fixed = sum(r.ok for r in corpus[st] if r.op in plain_fails)
-    print(f"{st:12s} fixes {fixed}/{len(plain_fails)}, ops added: {ops_added_corpus[st]}")
+saved = review.load_evidence(os.path.join(DATA, review.EVIDENCE_FILE))
+print("\n".join(review.compare_evidence(saved, evidence)) or "the saved evidence agrees on every count")
+assert review.decision(saved).pick == decision.pick
 
 # %% [markdown]
-# ## 3. Error safety (`funcbwd.views.display.error_safety`)
+# ## The candidates
 #
-# The thread's requirement for hooks, "(2) unconditionally disabled after it, even if the backward
-# raises", applied to every approach: formulas that raise (`funcbwd.ops.inject`) at four points, as an
-# Exception and as a KeyboardInterrupt, in two scenarios; the functorch stack, dispatch TLS,
-# Functionalize inclusion, grad mode, fallback flag and the strategy's own bookkeeping must be
-# unchanged afterwards.
+# | strategy | the discussion's name |
+# |---|---|
+# | `composite` | **approach 1**: each backward formula a (private) composite operator whose vmap kernel functionalizes it |
+# | `hooks` | **approach 2**: autograd pre/post hooks turn functionalization on before a node runs and off after |
+# | `whole` | **approach 3**: functionalize the whole backward when vmap sees a backward pass |
+# | `per_formula` | the **cheap option 2**, done generically: one decorator functionalizes a formula iff vmap is active |
+# | `traced` | `per_formula` traced once per signature, with functionalization's `aten.copy` elided |
+#
+# `plain` (the legacy formula as written) and `builtin` / `handfixed` (torch's modern formula, in
+# C++ / in Python) are the references. A helper for the cells below: per strategy, the summarized
+# cells (op, scenario) -> status, every sample.
 
 # %%
-safety = {st: display.error_safety(st) for st in CANDIDATES}
-for st, s in safety.items():
-    print(f"{st:12s} {s['checked']} raising backwards, leaks: {'; '.join(s['leaks']) or 'none'}")
+cells = matrix.summarize(results)
+
+
+def status(strategy: str) -> dict:
+    return {(op, sc): c for (op, sc, st), c in cells.items() if st == strategy}
+
+
+print(review.basis_text(evidence.basis))
 
 # %% [markdown]
-# ## 4. Copies (`funcbwd.observe.graphs.copy_table`, vmap, batch 4)
+# ## Approach 1: composite operators (`composite`)
 #
-# Extra copy-like ops over `builtin`, summed over the test ops whose formula can be captured;
-# each strategy runs the form `funcbwd.observe.graphs.STRATEGY_FORMS` names (`functionalized` for
-# composite, hooks, whole and per_formula; `traced` for traced).
+# First, correctness: of the cells where the legacy formula fails, how many does each candidate fix
+# (pass, with its own mechanism ran in every sample)?
 
 # %%
+for st in decision.ranking:
+    e = evidence.strategies[st]
+    print(f"{st:12s} fixes {e['fixes']}/{e['plain_failures']} cells where plain fails")
+
+# %% [markdown]
+# Approach 1's price is in its design: every formula becomes an operator the dispatcher knows. How
+# many, over the corpus of legacy formulas (`review_probes.operator_growth`, run above)?
+
+# %%
+added = evidence.strategies["composite"]["new_op_names"]
+print(len(added), "operators added, e.g.", ", ".join(added[:3]))
+assert evidence.strategies["composite"]["new_ops"] == len(added) > 0
+
+# %% [markdown]
+# Each call goes through the dispatcher even with vmap off. What does that cost per backward node,
+# next to the others (saved bench run)?
+
+# %%
+for st in decision.ranking:
+    us = evidence.strategies[st]["vmap_off_us"]
+    print(f"{st:12s} vmap off: {'not measured' if us is None else f'{us:.1f}'} µs per backward node over no strategy")
+
+# %% [markdown]
+# ## "Ops become public API"
+#
+# The thread's worry about approach 1: an operator, even a private one, is serialization surface.
+# `composite.serialization_probe` exports a module calling one, saves it and loads it back with and
+# without the library (`fresh_process=False`: the in-process checks only):
+
+# %%
+import warnings
+
+from funcbwd.strategies import composite
+
+with warnings.catch_warnings():  # torch.export's own deprecation notices are not the question
+    warnings.simplefilter("ignore", FutureWarning)
+    facts = composite.serialization_probe("diag", fresh_process=False)
+for key in ("op", "op_in_graph", "survives_decompositions", "artifact_names_op", "load_ok"):
+    print(f"{key:24s} {facts.get(key)}")
+print("load without the library:", {k: v for k, v in facts.items() if "without" in k})
+
+# %% [markdown]
+# ## Approach 2: hooks (`hooks`), and approach 3: the whole backward (`whole`)
+#
+# Both functionalize more than the formula: the whole node, or the whole backward. Which cells that
+# `per_formula` passes do they miss, and why?
+
+# %%
+base = status("per_formula")
+for st in ("hooks", "whole"):
+    mine = status(st)
+    missed = sorted((op, sc, mine[(op, sc)]["reason"]) for (op, sc), c in base.items()
+                    if c["status"] == "pass" and mine[(op, sc)]["status"] != "pass")
+    print(f"{st}: {len(missed)} cells", *(f"  {op} / {sc}: {reason}" for op, sc, reason in missed), sep="\n")
+
+# %% [markdown]
+# The thread's requirement for hooks: functionalization "unconditionally disabled after [the node],
+# even if the backward raises". `review_probes.error_safety` raises inside formulas (4 points, an
+# Exception and a KeyboardInterrupt, 2 scenarios) and compares torch's transform state before and
+# after, for every candidate:
+
+# %%
+for st in decision.ranking:
+    e = evidence.strategies[st]
+    print(f"{st:12s} {e['leaks']} leaks after {e['checked']} raising backwards", *e["leak_cases"], sep="\n  ")
+
+# %% [markdown]
+# The hooks' own cost with vmap off, against a no-op Python hook (paired samples from the saved
+# bench run; "not resolved" when the run's noise hides it):
+
+# %%
+claim = bench_results.hooks_claim_result(bench)
+print(claim.get("reason") or "\n".join(f"{g['graph']}: {g.get('verdict', g.get('error'))}" for g in claim["graphs"]))
+
+# %% [markdown]
+# ## The cheap option 2: functionalize each formula (`per_formula`), and `traced`
+#
+# One decorator, nothing written per formula: blanking diag's hand-written schema does not stop it
+# (`review_probes.needs_per_op_input`: 1 = the strategy needs it):
+
+# %%
+from funcbwd.measure import review_probes
+
+print({st: review_probes.needs_per_op_input(st) for st in ("per_formula", "traced", "composite")})
+
+# %% [markdown]
+# Where does vmap still run its slow per-sample loop (an op without a batching rule) under it, for
+# which ops, and does `traced` (copy elision) remove them?
+
+# %%
+for st in ("per_formula", "traced"):
+    slow = {f for c in status(st).values() if c["status"] == "pass" for f in c["fallback_ops"]}
+    e = evidence.strategies[st]
+    print(f"{st:12s} {e['fallback_cells']} cells via the slow fallback, for: {', '.join(sorted(slow)) or '-'}")
+
+# %% [markdown]
+# ## "Copies seem scary"
+#
+# Functionalization replaces a write into a view by a copy plus a `*_scatter`. How many copy-like
+# ops does each form add over `builtin`'s graph, under vmap (`funcbwd.observe.graphs.copy_table`)?
+
+# %%
+from funcbwd.observe import graphs
+from funcbwd.ops import registry
+
 copy_rows = graphs.copy_table(ops=registry.TEST_OPS, vmap=True)
-extra = {}
-for st in CANDIDATES:
+for st in decision.ranking:
     form = graphs.STRATEGY_FORMS[st]
-    extra[st] = sum(r["extra_copies"] for r in copy_rows if r["form"] == form and r["extra_copies"] is not None)
-    print(f"{st:12s} form {form:15s} extra copies: {extra[st]}")
+    extra = sum(r["extra_copies"] for r in copy_rows if r["form"] == form and r["extra_copies"] is not None)
+    print(f"{st:12s} form {form:15s} extra copies over builtin: {extra}")
 
 # %% [markdown]
-# ## 5. Cost when vmap is off (`funcbwd.measure.bench.overhead_rows`, saved benchmark)
-#
-# The mean, over ops, of a plain backward's time with the strategy installed divided by the time
-# with no strategy (1.0 = free). From `data/bench-quick.json` if present (not measured here: timing
-# needs a quiet machine); missing means "not measured" and ranks last on this criterion.
+# And what they cost, batched: the median over ops of the time ratio at batch >= 64 (saved bench
+# run; machine-dependent, so not compared by the notebook tests):
 
 # %% tags=["nbval-ignore-output"]
-BENCH = os.path.join("..", "data", "bench-quick.json")
-overhead = {st: None for st in CANDIDATES}
-if os.path.exists(BENCH):
-    from funcbwd.measure import bench
-
-    rows = bench.overhead_rows(bench.load(BENCH))
-    for st in CANDIDATES:
-        ratios = [r["ratio_vs_none"] for r in rows if r["label"] == st]
-        overhead[st] = round(sum(ratios) / len(ratios), 2) if ratios else None
-print({st: overhead[st] for st in CANDIDATES})
+for st in decision.ranking:
+    e = evidence.strategies[st]
+    hf, bi = e["cost_vs_handfixed"], e["cost_vs_builtin"]
+    print(f"{st:12s} x handfixed: {'-' if hf is None else f'{hf:.2f}'}  x builtin: {'-' if bi is None else f'{bi:.2f}'}")
 
 # %% [markdown]
-# ## 6. Maintenance (`funcbwd.views.display.needs_per_op_input`)
+# ## What no candidate solves
 #
-# What must be written by hand for each new formula beyond the formula itself: measured by blanking
-# the op's hand-written schema and checking whether the strategy still fixes diag. Reach: whether
-# the strategy can act on torch's own C++ backward nodes (`Strategy.acts_on_builtin_nodes`), which
-# matters for the OpInfo coverage notebook.
+# Functionalization removes in-place ops; it cannot remove a branch on data (`prod`'s `.item()`)
+# or a data-dependent output shape (`masked_select` when its input is batched):
 
 # %%
-per_op_code = {st: display.needs_per_op_input(st) for st in CANDIDATES}
-for st in CANDIDATES:
-    print(f"{st:12s} hand-written inputs per formula: {per_op_code[st]}; "
-          f"acts on torch's own nodes: {get_strategy(st).acts_on_builtin_nodes}")
+for u in evidence.unsolved:
+    print(f"{u['op']}: {u['reason']} in {', '.join(u['scenarios'])}; builtin passes {u['builtin_passes'] or 'none'}")
 
 # %% [markdown]
-# ## 7. Decision table and recommendation
+# ## The question today: which of core's hand-written branches would the pick delete?
 #
-# `funcbwd.views.display.rank_strategies` orders the candidates lexicographically by the criteria, most
-# important first: correctness, then the slow fallback, error safety, operator-library growth
-# (for the whole corpus: the FC/BC surface), cost when vmap is off, copies, per-formula code.
-# First on every criterion this notebook computes deterministically (all but the timing):
+# Core still carries 36 `isTensorSubclassLike` branches in `FunctionsManual.cpp` (24 backward,
+# 12 forward-mode) whose fast path writes in place. `python -m funcbwd deletable` runs each fast
+# path alone under `traced` and `per_formula` in every applicable scenario and times it against
+# the hand-written out-of-place path; the 6 data-dependent sites are the negative controls. The
+# table is saved (`data/live-deletable.json`, about 7 minutes to recompute); the headlines below
+# are recomputed from its rows.
 
 # %%
-for st in CANDIDATES:
-    evidence[st].update(error_safe=safety[st]["error_safe"], new_ops=ops_added_corpus[st],
-                        overhead_vmap_off=overhead[st], copies=extra[st], per_op_code=per_op_code[st])
-candidates = {st: evidence[st] for st in CANDIDATES}
-deterministic = [c for c in display.CRITERIA if c[0] != "overhead_vmap_off"]
-display.records_table(display.rank_strategies(candidates, deterministic))
+import json
 
-# %%
-display.recommendation(candidates, deterministic)
+from funcbwd.measure import deletable
+from funcbwd.views import live
+
+live_table = json.load(open(os.path.join(DATA, live.LIVE_FILE_NAME)))
+for st in live_table["strategies"]:
+    print(deletable.headline(live_table, st))
+assert deletable.counts(live_table, "traced")["in_place"] == deletable.IN_PLACE_SITES
+assert deletable.counts(live_table, "traced")["controls_deletable"] == 0, "a data-dependent control was judged deletable"
 
 # %% [markdown]
-# With the timing criterion from the saved benchmark included (machine-dependent, so this cell is
-# not compared by the notebook tests; an unmeasured value ranks last on its criterion):
+# The sites `traced` does not clear, and why (the first reason found per site):
 
-# %% tags=["nbval-ignore-output"]
-ranked = display.rank_strategies(candidates)
-print(display.records_table(ranked), "\n")
-print(display.recommendation(candidates))
+# %%
+display.Rich(live.markdown(live_table), html_text=live.html_block(live_table))

@@ -30,6 +30,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session")
+def test_ops_matrix():
+    """One fresh run of the saved matrix (8 test ops x every sample, scenario and strategy), shared
+    by every test that needs it (tests/test_readme.py, tests/test_expectations.py): about a minute,
+    paid once per session."""
+    from funcbwd.run import matrix
+
+    return matrix.run_test_ops()
+
+
 @pytest.fixture(autouse=True)
 def _no_leaked_transform_state(request):
     if request.node.get_closest_marker("browser") or request.node.fspath.ext == ".ipynb":

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from funcbwd.measure import bad_input
 from funcbwd.views import readme
+
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +27,7 @@ def test_every_bad_input_is_rejected_clearly(outcomes):
 
 
 def test_readme_table_is_generated_from_the_cases(outcomes):
-    assert readme.block(readme.README.read_text(), "bad-input") == bad_input.markdown(outcomes)
+    assert readme.block(README.read_text(), "bad-input") == bad_input.markdown(outcomes)
 
 
 def test_debug_flag_shows_the_traceback():

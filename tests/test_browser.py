@@ -4,7 +4,11 @@ Starts JupyterLab on 127.0.0.1 (free port, no token, throwaway Jupyter dirs, aut
 repo's notebook is never rewritten), opens notebooks/00_overview.ipynb, runs all cells, waits
 until the kernel is idle (REST API and page indicator, stable for a while), then checks the
 plotly heatmap and the explorer widgets rendered, changes the op dropdown and checks the shown
-text changed. Screenshots go to test-output/browser/. Server and browser are always stopped.
+text changed. At 1280 px wide, as stored (opened, before running) and after running: the
+decision block is on the first screen without scrolling; the stored explorer shows its static
+snapshot, not the widget's raw text repr; nothing in the explorer's output (graph diff and trace
+opened) is wider than the output area. Screenshots go to test-output/browser/. Server and
+browser are always stopped.
 
 Chromium is Debian's (/usr/bin/chromium, driven by the playwright package); Playwright's own
 browser download cannot work here. tests/browser_setup.sh installs it when missing.
@@ -32,11 +36,13 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "notebooks/00_overview.ipynb"
 OUTPUT = ROOT / "test-output" / "browser"
 CHROMIUM = Path("/usr/bin/chromium")
-# Without the background-networking flags Chromium keeps dialling Google's hosts, which this
-# machine's closed network refuses (see /work/shared/reference/jupyter-notes.md).
+# Without the background-networking flags Chromium keeps dialling Google's hosts (component
+# updates, sync, safe browsing); on a machine without internet access those calls only fail and
+# slow the page down, so they are turned off.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-RUN_TIMEOUT = 150.0  # seconds for run-all to finish: a hang guard, not a performance threshold
+RUN_TIMEOUT = 300.0  # seconds for run-all to finish: a hang guard, not a performance threshold
+WIDTH = 1280  # px: the narrowest screen a reviewer is expected to read the workbench on
 IDLE_STABLE = 3.0  # seconds both idle indicators must agree before outputs are read
 
 
@@ -210,11 +216,72 @@ def shot(page, name: str) -> Path:
 
 
 # ------------------------------------------------------------------------------ the test
+# The first screen: where the decision block is (the output whose text starts "Decision:").
+DECISION_ON_SCREEN = """() => {
+  const out = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output')]
+    .find(o => o.innerText.trim().startsWith('Decision:'));
+  if (!out) return {found: false, viewport: window.innerHeight};
+  const r = out.getBoundingClientRect();
+  return {found: true, top: r.top, bottom: r.bottom, viewport: window.innerHeight,
+          text: out.innerText.slice(0, 80)};
+}"""
+
+# Scroll the notebook to the code cell whose source is exactly ``source`` and return the text of
+# its rendered output and what in it reaches past the output area's right edge (with ``openAll``:
+# measured again with every <details> open and with each accordion panel open in turn).
+CELL_OUTPUT = """async ([source, openAll]) => {
+  const nb = window.jupyterapp.shell.currentWidget.content;
+  const i = nb.widgets.findIndex(w => w.model.type === 'code' && w.model.sharedModel.getSource().trim() === source);
+  if (i < 0) return {found: false};
+  const node = nb.widgets[i].node;
+  // Cells off screen may not be rendered (JupyterLab's windowing): scroll until it is on screen
+  // and stays there (the heights above it change while they render).
+  for (let k = 0; k < 6; k++) {
+    if (nb.scrollToItem) await nb.scrollToItem(i, 'start');
+    node.scrollIntoView({block: 'start'});
+    await new Promise(r => setTimeout(r, 800));
+    const r = node.getBoundingClientRect();
+    if (node.isConnected && r.top >= 0 && r.top < window.innerHeight / 2) break;
+  }
+  const area = node.querySelector('.jp-OutputArea');
+  if (!area) return {found: true, text: '', overflow: []};
+  const overflow = [], panels = [];
+  const measure = () => {
+    panels.push(area.innerText);
+    const right = area.getBoundingClientRect().right;
+    for (const e of area.querySelectorAll('*')) {
+      const r = e.getBoundingClientRect();
+      if (r.width > 0 && r.right > right + 2 && overflow.length < 5)
+        overflow.push(e.tagName + '.' + (e.className.baseVal ?? e.className) + ' ' + Math.round(r.right));
+    }
+  };
+  measure();
+  if (openAll) {
+    node.querySelectorAll('details').forEach(d => d.open = true);
+    measure();
+    // An accordion shows one panel at a time: open each in turn and measure it.
+    for (const h of node.querySelectorAll('.jupyter-widget-Collapse-header, .lm-AccordionPanel-title, .p-Collapse-header')) {
+      if (!h.closest('.jupyter-widget-Collapse-open, .lm-mod-expanded')) h.click();
+      await new Promise(r => setTimeout(r, 3000));
+      measure();
+    }
+  }
+  return {found: true, text: area.innerText, overflow, panels};
+}"""
+
+
+def check_decision_on_first_screen(page, when: str) -> None:
+    seen = page.evaluate(DECISION_ON_SCREEN)
+    assert seen["found"], f"{when}: no output starting with 'Decision:' is rendered on the first screen"
+    assert 0 <= seen["top"] < seen["viewport"] - 150, \
+        f"{when}: the decision block starts at y={seen['top']:.0f}, below the first screen ({seen['viewport']} px)"
+
+
 def run_overview_in_lab(root: Path, notebook: str, tmp: Path) -> dict:
     """Open ``notebook`` in JupyterLab, run all, check heatmap and explorer; returns timings."""
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    with jupyterlab(root, tmp / "jupyter") as base, chromium_page(tmp / "chromium") as page:
+    with jupyterlab(root, tmp / "jupyter") as base, chromium_page(tmp / "chromium", width=WIDTH) as page:
         try:
             t = _drive(page, base, notebook, timings, t0)
         except BaseException:
@@ -242,6 +309,19 @@ def _drive(page, base: str, notebook: str, timings: dict[str, float], t0: float)
     page.evaluate("() => window.jupyterapp.shell.collapseLeft()")  # room for the figures
     timings["open_notebook"] = time.monotonic() - t0 - timings["server_and_browser_start"]
 
+    # As stored (opened, not run: an untrusted notebook without live widgets).
+    page.wait_for_timeout(1500)
+    shot(page, "overview_stored_first_screen.png")
+    check_decision_on_first_screen(page, "as stored")
+    stored = page.evaluate(CELL_OUTPUT, ["explorer", True])
+    assert stored["found"], "no cell displaying the explorer"
+    shot(page, "overview_stored_explorer.png")
+    assert "VBox(children=" not in stored["text"], "the stored explorer shows the widget's raw text repr"
+    assert "run this cell" in stored["text"], \
+        f"the stored explorer shows no static snapshot: {stored['text'][:200]!r}"
+    assert not stored["overflow"], f"the stored explorer is wider than its output area: {stored['overflow']}"
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.content.scrollToItem(0, 'start')")
+
     t = time.monotonic()
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     # Done when every code cell has an execution count and the kernel is idle, stably.
@@ -253,15 +333,20 @@ def _drive(page, base: str, notebook: str, timings: dict[str, float], t0: float)
     errors = [e for c in cells for e in c["errors"]]
     assert not errors, f"cells raised: {errors}"
     assert cells and all(c["count"] for c in cells), f"unexecuted code cells: {cells}"
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.content.scrollToItem(0, 'start')")
+    page.wait_for_timeout(1000)
+    shot(page, "overview_run_first_screen.png")
+    check_decision_on_first_screen(page, "after run")
 
     # The matrix heatmap: a plotly plot with its SVG, drawn as a heatmap.
-    plot = page.locator(".jp-NotebookPanel .js-plotly-plot").first
+    # (The first plotly figure is the decision chart; the matrix is the one holding a heatmap.)
+    page.locator(".jp-NotebookPanel .js-plotly-plot").first.wait_for(state="attached", timeout=30_000)
+    plot = page.locator(".jp-NotebookPanel .js-plotly-plot", has=page.locator(".heatmaplayer")).first
     plot.wait_for(state="attached", timeout=30_000)
     plot.evaluate("el => el.scrollIntoView({block: 'start'})")
     shot(page, "overview_heatmap.png")
     assert plot.locator("svg.main-svg").count() >= 1
-    assert plot.locator(".heatmaplayer image").count() >= 1, \
-        "the notebook's first plotly figure (the matrix) has no drawn heatmap"
+    assert plot.locator(".heatmaplayer image").count() >= 1, "the matrix heatmap is not drawn"
 
     # The explorer: ipywidgets dropdowns; the op dropdown is the one offering catalog ops.
     page.wait_for_selector(".jupyter-widgets .widget-dropdown select", timeout=30_000)
@@ -303,6 +388,12 @@ def _drive(page, base: str, notebook: str, timings: dict[str, float], t0: float)
     shot(page, "overview_explorer_after.png")
     assert chart["marks"] > 0 and new in chart["title"], \
         f"the explorer's chart shows no data for {new!r} (seen: {chart}); see overview_explorer_after.png"
+    live = page.evaluate(CELL_OUTPUT, ["explorer", True])
+    shot(page, "overview_explorer_opened.png")
+    assert any("trace: " in t for t in live["panels"]) and any("def forward" in t for t in live["panels"]), \
+        "the explorer's trace and graph diff panels did not open (nothing was measured)"
+    assert not live["overflow"], \
+        f"the live explorer (trace and graph diff opened) is wider than its output area: {live['overflow']}"
     assert not console, f"JavaScript errors on the page: {console}"
     return time.monotonic()
 

@@ -11,7 +11,7 @@ from torch.func import vmap
 
 from funcbwd import internals
 from funcbwd.ops import registry
-from funcbwd.run import matrix
+from funcbwd.run import runner
 from funcbwd.errors import UnknownNameError
 from funcbwd.strategies import composite as C
 from funcbwd.strategies import get_strategy
@@ -21,7 +21,7 @@ from funcbwd.run.scenarios import bind
 @pytest.mark.parametrize("op", ["diag", "index_select", "topk"])
 def test_vmap_cotangents_passes_through_the_batched_kernel(op):
     C.KERNEL_CALLS.clear()
-    r = matrix.run(op, "vmap_cotangents", "composite")
+    r = runner.run(op, "vmap_cotangents", "composite")
     assert r.status == "pass", r.message
     assert C.KERNEL_CALLS[f"{op}_backward", "batched"] >= 1
     # vmap's slow fallback never ran our op itself (only, for diag, the aten::copy inside it)
@@ -31,7 +31,7 @@ def test_vmap_cotangents_passes_through_the_batched_kernel(op):
 def test_grad_inside_vmap_reaches_the_batched_kernel_not_a_decomposition():
     # The Autograd kernel redispatches below autograd instead of decomposing at the grad level.
     C.KERNEL_CALLS.clear()
-    r = matrix.run("diag", "grad_inside_vmap", "composite")
+    r = runner.run("diag", "grad_inside_vmap", "composite")
     assert r.status == "pass", r.message
     assert C.KERNEL_CALLS["diag_backward", "autograd"] >= 1
     assert C.KERNEL_CALLS["diag_backward", "batched"] >= 1
@@ -61,7 +61,7 @@ def test_state_restored_after_a_raising_formula(under_vmap):
     assert after == before, before.describe_difference(after)
     assert st.bookkeeping() == book
     # the registered op still runs the real formula, and plain vmap still works
-    assert matrix.run("diag", "vmap_cotangents", "composite", "3x5 k=1").status == "pass"
+    assert runner.run("diag", "vmap_cotangents", "composite", "3x5 k=1").status == "pass"
     y = torch.randn(4, 3)
     assert torch.equal(vmap(torch.sin)(y), torch.sin(y))
 

@@ -8,7 +8,7 @@ import torch
 
 from funcbwd import legacy
 from funcbwd.ops import registry
-from funcbwd.run import matrix
+from funcbwd.run import runner
 
 EXTENDED = [s.name for s in registry.all_ops() if s.group in ("extended", "negative_control")]
 CASES = [(name, smp.name) for name in EXTENDED for smp in registry.get_op(name).samples()]
@@ -58,28 +58,28 @@ INPLACE_FAILS = ["gather", "take", "cummax", "select", "slice", "diagonal", "dia
 
 @pytest.mark.parametrize("name", INPLACE_FAILS)
 def test_plain_reproduces_inplace_failure_and_builtin_passes(name):
-    plain = matrix.run(name, "vmap_cotangents", "plain")
+    plain = runner.run(name, "vmap_cotangents", "plain")
     assert (plain.status, plain.reason) == ("fail", "vmap_inplace"), plain.message
-    assert matrix.run(name, "vmap_cotangents", "builtin").status == "pass"
+    assert runner.run(name, "vmap_cotangents", "builtin").status == "pass"
 
 
 @pytest.mark.parametrize("name", ["index_fill", "masked_fill"])
 def test_self_grad_clone_fails_only_under_mixed_batching(name):
-    assert matrix.run(name, "vmap_cotangents", "plain").status == "pass"
-    r = matrix.run(name, "vmap_all_args", "plain")
+    assert runner.run(name, "vmap_cotangents", "plain").status == "pass"
+    r = runner.run(name, "vmap_all_args", "plain")
     assert (r.status, r.reason) == ("fail", "vmap_inplace"), r.message
 
 
 @pytest.mark.parametrize("name", ["norm_inf", "copysign"])
 def test_safe_inplace_negative_controls_pass_plain(name):
     for scenario in ("vmap_cotangents", "vmap_all_args"):
-        assert matrix.run(name, scenario, "plain").status == "pass"
+        assert runner.run(name, scenario, "plain").status == "pass"
 
 
 def test_item_negative_control_fails_under_functionalization_too():
-    r = matrix.run("max", "vmap_all_args", "per_formula")
+    r = runner.run("max", "vmap_all_args", "per_formula")
     assert (r.status, r.reason) == ("fail", "data_dependent"), r.message
 
 
 def test_functionalizing_fixes_gather():
-    assert matrix.run("gather", "vmap_cotangents", "per_formula").status == "pass"
+    assert runner.run("gather", "vmap_cotangents", "per_formula").status == "pass"

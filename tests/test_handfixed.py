@@ -23,7 +23,7 @@ from torch.func import vjp, vmap
 
 import funcbwd
 from funcbwd.ops.handfixed import HANDFIXED, handfixed_formula
-from funcbwd.run.matrix import run as run_cell
+from funcbwd.run.runner import run as run_cell
 
 TEST_OPS = ("masked_select", "clamp", "diag", "index_select", "topk", "prod", "mode", "sort")
 #: the legacy corpus this module's HANDFIXED table covers (other groups carry their own handfixed)

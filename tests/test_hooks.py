@@ -12,7 +12,7 @@ from torch.func import vjp, vmap
 
 from funcbwd import internals, legacy
 from funcbwd.ops import registry, inject
-from funcbwd.run import matrix
+from funcbwd.run import outcomes, runner
 from funcbwd.strategies import get_strategy
 from funcbwd.strategies.hooks import (HookSet, functionalize_backward, functionalize_prehook,
                                       install_hooks)
@@ -31,15 +31,15 @@ def st():
 def test_passes_vmap_cotangents_where_plain_fails(op):
     spec = registry.get_op(op)
     sample = spec.sample(NONSQUARE) if op == "diag" else spec.samples()[0]
-    assert matrix.run(spec, "vmap_cotangents", "plain", sample).status == "fail"
-    r = matrix.run(spec, "vmap_cotangents", STRATEGY, sample)
+    assert runner.run(spec, "vmap_cotangents", "plain", sample).status == "fail"
+    r = runner.run(spec, "vmap_cotangents", STRATEGY, sample)
     assert r.status == "pass", r.message
 
 
 def test_masked_select_shows_the_saved_tensor_limit_as_a_classified_failure():
     # zeros_like(input.expand(...)) is built from a saved tensor: not functional, and
     # masked_scatter_ mutates it with the functional grad.
-    r = matrix.run("masked_select", "vmap_cotangents", STRATEGY)
+    r = runner.run("masked_select", "vmap_cotangents", STRATEGY)
     assert (r.status, r.reason) == ("fail", "functionalization_assert"), r.message
 
 
@@ -159,7 +159,7 @@ def test_under_functionalize_of_vmap_hooks_hit_torchs_nesting_limit():
     out, vjp_fn = vjp(functionalize_backward(lambda x: legacy.diag(x, 1)), x)
     with pytest.raises(RuntimeError) as info:
         torch.func.functionalize(vmap(vjp_fn))(torch.randn(2, *out.shape))
-    assert matrix.classify(info.value) == "functionalization_assert"
+    assert outcomes.classify(info.value) == "functionalization_assert"
     # builtin-only graphs (no factory in a formula) nest fine
     out, vjp_fn = vjp(functionalize_backward(lambda x: x.sin() * 2), x)
     cts = torch.randn(2, *out.shape)

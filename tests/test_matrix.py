@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from funcbwd.run import matrix
+from funcbwd.run import matrix, outcomes
+from funcbwd.run import records as cell_records
 from funcbwd.ops.registry import TEST_OPS
 
 INPLACE_OPS = ["diag", "index_select", "topk", "sort", "mode", "masked_select"]
@@ -30,9 +31,9 @@ def _cells(records, **match):
 
 def test_json_records_have_the_stable_keys(records):
     for key in ("op", "sample", "scenario", "strategy", "status", "reason", "message",
-                "fallback_ops", "seconds"):
+                "fallback_ops", "seconds", "mechanism", "mechanism_ran"):
         assert all(key in r for r in records), key
-    assert {r["status"] for r in records} <= set(matrix.STATUSES)
+    assert {r["status"] for r in records} <= set(outcomes.STATUSES)
 
 
 @pytest.mark.parametrize("op", INPLACE_OPS)
@@ -91,7 +92,7 @@ def test_cli_rejects_unknown_names_with_the_valid_ones():
 
 
 def test_table_and_csv_forms_render(records):
-    results = matrix.from_records(records)
+    results = cell_records.from_records(records)
     table = matrix.format_table(results)
     assert "plain" in table.splitlines()[0] and "FAIL" in table
-    assert matrix.to_csv(results).splitlines()[0].startswith("op,sample,scenario,strategy,status")
+    assert cell_records.to_csv(results).splitlines()[0].startswith("op,sample,scenario,strategy,status")

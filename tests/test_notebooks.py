@@ -15,7 +15,8 @@ import nbformat
 import pytest
 
 from funcbwd.views import display
-from funcbwd.run.matrix import CellResult, format_table
+from funcbwd.run.runner import CellResult
+from funcbwd.run.matrix import format_table
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -101,6 +102,26 @@ def test_op_notebook_verdict_is_compared(op):
     assert text.startswith(f"**Verdict for `{op}`.**")
 
 
+def test_op_notebooks_open_with_what_is_particular_to_the_op():
+    """Each op notebook opens with its own title, lede and chapter (prose written for the op, not
+    the template's), and that chapter's cell asserts what it shows."""
+    import jupytext
+
+    openings = {}
+    for op in build.OP_NOTEBOOKS:
+        cells = jupytext.read(NOTEBOOKS / f"op_{op}.py").cells
+        md = [i for i, c in enumerate(cells) if c.cell_type == "markdown"]
+        title, intro = cells[md[0]].source, cells[md[1]].source
+        assert title.startswith(f"# `{op}`:"), title[:80]
+        assert intro.startswith(f"## What is particular to {op}"), intro[:80]
+        check = cells[md[1] + 1]
+        assert check.cell_type == "code" and "assert " in check.source
+        openings[op] = (title.split("Chapters:")[0], intro)
+    titles = [t for t, _ in openings.values()]
+    intros = [i for _, i in openings.values()]
+    assert len(set(titles)) == len(titles) and len(set(intros)) == len(intros)
+
+
 def test_template_marker_is_required(tmp_path, monkeypatch):
     broken = tmp_path / "op_notebook.py"
     broken.write_text(build.TEMPLATE.read_text().replace(build.TOKEN, "diag"))
@@ -159,21 +180,6 @@ def test_heatmap_hover_names_reason_and_fallback():
     assert any("vmap in-place error" in h for h in hover)
     assert any("slow fallback for: aten::copy" in h for h in hover)
     assert list(fig.data[0].x) == ["plain", "builtin", "per_formula", "traced", "hooks"]
-
-
-def test_rank_strategies_orders_by_criteria_and_says_why():
-    ev = {
-        "a": {"coverage": 1.0, "fallback_cells": 3, "new_ops": 0},
-        "b": {"coverage": 1.0, "fallback_cells": 0, "new_ops": 5},
-        "c": {"coverage": 0.5, "fallback_cells": 0, "new_ops": 0},
-        "d": {"coverage": None},
-    }
-    rows = display.rank_strategies(ev)
-    assert [r["strategy"] for r in rows] == ["b", "a", "c", "d"]
-    assert rows[0]["ahead_of_next_by"] == "fallback_cells"
-    assert rows[1]["ahead_of_next_by"] == "coverage"
-    rec = repr(display.recommendation(ev))
-    assert rec.startswith("Recommendation: b.") and "Runner-up: a" in rec
 
 
 def test_formula_source_cites_history():

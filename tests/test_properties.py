@@ -10,13 +10,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 from funcbwd.ops import registry
-from funcbwd.run import matrix
+from funcbwd.run import outcomes, runner
 
 #: strategies that functionalize our formulas and claim to fix the in-place failure
 FIXING = ("per_formula", "traced", "composite", "hooks", "whole")
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
-CLASSIFIED = set(matrix.REASONS) - {"", "other"}
+CLASSIFIED = set(outcomes.REASONS) - {"", "other"}
 
 dtypes = hs.sampled_from([torch.float32, torch.float64])
 batches = hs.integers(1, 5)
@@ -66,7 +66,7 @@ def topk_sort_samples(draw):
 
 def _run_and_check(op: str, scenario: str, strategy: str, sample: registry.Sample, batch: int) -> None:
     """Never silently wrong; failures classified; fixing strategies (and builtin) pass."""
-    r = matrix.run(op, scenario, strategy, sample, batch=batch)
+    r = runner.run(op, scenario, strategy, sample, batch=batch)
     assert r.status != "mismatch", f"silently wrong: {r.record()}"
     if r.status == "fail":
         assert r.reason in CLASSIFIED, f"unclassified failure: {r.record()}"

@@ -11,7 +11,7 @@ from torch.func import vjp, vmap
 
 from funcbwd import internals
 from funcbwd.ops import inject
-from funcbwd.run import matrix
+from funcbwd.run import runner
 from funcbwd.run.scenarios import SCENARIOS, Case
 from funcbwd.strategies import available, get_strategy
 
@@ -48,7 +48,7 @@ def test_raising_formula_leaves_no_state(strategy, scenario, point):
     _builtin_vmap_vjp_is_correct()
     # and a fixing strategy still works on the real formula afterwards
     if strategy != "plain":
-        real = matrix.run("diag", scenario, strategy, inject.non_square_sample())
+        real = runner.run("diag", scenario, strategy, inject.non_square_sample())
         assert real.status == "pass", real.record()
 
 
@@ -84,7 +84,7 @@ def test_user_code_raising_inside_vmapped_function_leaves_no_state(strategy):
 
 
 def test_matrix_runner_reports_injected_failures_as_classified_cells():
-    r = matrix.run(inject.raising_op("mid_formula"), "vmap_cotangents", "per_formula",
+    r = runner.run(inject.raising_op("mid_formula"), "vmap_cotangents", "per_formula",
                    inject.non_square_sample())
     assert r.status == "fail" and r.error_class == "InjectedError" and r.reason == "other"
 

@@ -4,6 +4,7 @@ offline with the plotly heatmap drawn."""
 
 from __future__ import annotations
 
+import dataclasses
 import html.parser
 import re
 from pathlib import Path
@@ -20,13 +21,23 @@ OPS = ["diag"]
 STRATEGIES = "plain,per_formula"
 
 
+STDERR: dict[str, str] = {}  # what the report command printed on stderr, by fixture
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """A small report (one op, first sample, two strategies) written through the CLI."""
+    """A small report (one op, first sample, two strategies) written by ``python -m funcbwd
+    report`` in a fresh interpreter from the repository (its ``data/``); keeps what it printed on
+    stderr (``built_stderr``)."""
+    import subprocess
+    import sys
+
     out = tmp_path_factory.mktemp("report") / "report.html"
-    rc = cli.main(["report", "--ops", ",".join(OPS), "--quick", "--strategies", STRATEGIES,
-                   "--quiet", "--out", str(out)])
-    return rc, out, out.read_text(encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "funcbwd", "report", "--ops", ",".join(OPS), "--quick",
+                           "--strategies", STRATEGIES, "--quiet", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    STDERR["built"] = done.stderr
+    return done.returncode, out, out.read_text(encoding="utf-8")
 
 
 class Fetches(html.parser.HTMLParser):
@@ -72,13 +83,30 @@ def test_report_has_every_section(built):
         assert m, f"section {sid!r} missing"
         status = m.group(1)
         assert status in ("ok", "missing"), (sid, status)
-        if sid in ("matrix", "verdicts", "traces", "graphs", "design"):
+        if sid in ("decision", "matrix", "verdicts", "traces", "graphs"):
             assert status == "ok", f"section {sid} is {status}: its module should exist"
     assert 'class="funcbwd-matrix"' in page  # the matrix table
     assert "funcbwd-graphdiff" in page  # a graph diff
     assert "diag / plain / vmap_cotangents: fail" in page  # the failing legacy trace
     # computed verdict text for the op (display.verdict_text), not a placeholder
     assert "The legacy formula as written (plain) fails" in page
+
+
+def test_report_opens_with_the_decision(built):
+    _, _, page = built
+    main = page.index("<main>")
+    first = page.index("<section", main)
+    assert page.startswith('<section id="decision" data-status="ok">', first), "the report must open with the decision"
+    assert first < page.index("<nav>"), "the decision comes before the contents"
+    decision = page[first:page.index("</section>", first)]
+    assert 'class="funcbwd-decision"' in decision and "Decision: <code>" in decision
+    assert "Counts over " in decision  # the basis of every count is stated
+
+
+def test_report_command_prints_nothing_on_stderr(built):
+    """--quiet: no progress lines, and no warning torch or the strategies raise on the way."""
+    rc, _, _ = built
+    assert rc == 0 and STDERR["built"] == "", f"stderr of python -m funcbwd report:\n{STDERR['built'][-2000:]}"
 
 
 def test_report_fetches_nothing(built):
@@ -99,15 +127,43 @@ def test_plotlyjs_embedded_once_and_figures_reuse_it(built):
     assert figures >= 1 and page.count("Plotly.newPlot(") - get_plotlyjs().count("Plotly.newPlot(") == figures
 
 
-def test_missing_saved_data_becomes_a_visible_note(monkeypatch, tmp_path):
+def test_missing_saved_data_becomes_a_visible_note(tmp_path):
+    # An empty data directory: the saved results are read from it, never from the checkout.
     results = matrix.run_matrix(["diag"], ["vmap_cotangents"], ["plain"], samples="first")
     ctx = report.Context(ops=["diag"], scenarios=["vmap_cotangents"], strategies=["plain"],
-                         samples="first", figure=report.FigureEmbedder(), results=results)
-    monkeypatch.setattr(report, "BENCH_JSON", report.ROOT / "data" / "no-such-bench.json")
+                         samples="first", figure=report.FigureEmbedder(), data_dir=tmp_path,
+                         results=results)
     sections = {s.id: s for s in report.build_sections(ctx)}
-    assert sections["bench"].status == "missing"
+    assert sections["bench"].status == "missing" and sections["coverage"].status == "missing"
     assert "no saved bench results" in sections["bench"].body
+    assert str(tmp_path / report.BENCH_FILE) in sections["bench"].body
     assert sections["matrix"].status == "ok"
+
+
+def test_data_dir_is_explicit_and_read(tmp_path, monkeypatch):
+    """--data DIR is where the saved results come from (default: $FUNCBWD_DATA, else ./data)."""
+    from funcbwd.cli import report as cli_report
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(cli_report.DATA_ENV, raising=False)
+    assert cli_report.default_data_dir() == tmp_path / "data"
+    monkeypatch.setenv(cli_report.DATA_ENV, str(tmp_path / "elsewhere"))
+    assert cli_report.default_data_dir() == tmp_path / "elsewhere"
+    # The sections open the file in the given directory (garbage there: they fail reading it,
+    # not with "missing"); an empty directory: Missing, naming the file in that directory.
+    data, empty = tmp_path / "d", tmp_path / "empty"
+    data.mkdir(), empty.mkdir()
+    for name in (report.BENCH_FILE, report.COVERAGE_FILE):
+        (data / name).write_text("not a saved result")
+    for section, name in ((report.bench_section, report.BENCH_FILE),
+                          (report.coverage_section, report.COVERAGE_FILE)):
+        ctx = report.Context(ops=["diag"], scenarios=["vmap_cotangents"], strategies=["plain"],
+                             samples="first", figure=report.FigureEmbedder(), data_dir=data)
+        with pytest.raises(Exception) as read:
+            section(ctx)
+        assert not isinstance(read.value, report.Missing), read.value
+        with pytest.raises(report.Missing, match=f"empty/{name}"):
+            section(dataclasses.replace(ctx, data_dir=empty))
 
 
 def test_section_error_is_shown_and_fails_the_command(monkeypatch, tmp_path, capsys):
@@ -150,7 +206,7 @@ def test_report_renders_offline_in_chromium(built, tmp_path):
             fetched.append(route.request.url)
             route.abort()
 
-    with browser.chromium_page(tmp_path / "chromium") as page:
+    with browser.chromium_page(tmp_path / "chromium", width=browser.WIDTH, height=900) as page:
         page.route("**/*", only_files)
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
@@ -160,6 +216,18 @@ def test_report_renders_offline_in_chromium(built, tmp_path):
         assert heat.count() == 1
         assert heat.locator(".heatmaplayer image, .hm").count() >= 1, "heatmap not drawn"
         assert "op x scenario x strategy" in heat.locator(".gtitle").text_content()
+        # The decision is on the first screen, before any scrolling.
+        top = page.evaluate("() => document.querySelector('#decision .funcbwd-decision').getBoundingClientRect().top")
+        assert 0 <= top < 900 - 150, f"the decision block starts at y={top:.0f}, below the first screen"
+        # Nothing is wider than the page at 1280 px, with every collapsed part (traces, graph
+        # diffs, tables) opened.
+        page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
+        page.wait_for_timeout(500)
+        wide = page.evaluate("""() => [...document.querySelectorAll('body *')]
+            .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+            .slice(0, 5).map(e => e.tagName + '.' + (e.className.baseVal ?? e.className))""")
+        width = page.evaluate("() => document.documentElement.scrollWidth")
+        assert width <= browser.WIDTH and not wide, f"the report is {width} px wide at {browser.WIDTH} px: {wide}"
         OUTPUT.mkdir(parents=True, exist_ok=True)
         heat.scroll_into_view_if_needed()
         page.screenshot(path=str(OUTPUT / "report_matrix.png"))

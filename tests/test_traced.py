@@ -12,9 +12,10 @@ from torch.func import vjp, vmap
 from funcbwd import internals, legacy
 from funcbwd.fx import elide
 from funcbwd.ops import registry
-from funcbwd.run import matrix
-from funcbwd.strategies import get_strategy
-from funcbwd.strategies.traced import Traced, Untraceable, flatten_args, formula_args_for, trace_formula
+from funcbwd.run import runner
+from funcbwd.fx.formula_graphs import flatten_args, formula_args_for, positional_key, trace_formula
+from funcbwd.strategies import get_strategy, provenance
+from funcbwd.strategies.traced import FALLBACK, GRAPH, Traced, Untraceable
 
 FIXED_OPS = ("diag", "index_select", "topk", "sort", "mode", "clamp")
 
@@ -22,14 +23,14 @@ FIXED_OPS = ("diag", "index_select", "topk", "sort", "mode", "clamp")
 @pytest.mark.parametrize("op", FIXED_OPS)
 def test_traced_passes_vmap_cotangents_without_slow_fallback(op):
     for smp in registry.get_op(op).samples():
-        r = matrix.run(op, "vmap_cotangents", "traced", smp)
+        r = runner.run(op, "vmap_cotangents", "traced", smp)
         assert r.status == "pass", (smp.name, r.message)
         assert r.fallback_ops == [], (smp.name, r.fallback_ops)
 
 
 def test_fallback_detection_is_live_per_formula_diag_uses_copy_fallback():
     # The empty fallback_ops above mean something: the same detector flags per_formula's diag.
-    r = matrix.run("diag", "vmap_cotangents", "per_formula", "3x5 k=1")
+    r = runner.run("diag", "vmap_cotangents", "per_formula", "3x5 k=1")
     assert r.status == "pass"
     assert any(f.startswith("aten::copy") for f in r.fallback_ops)
 
@@ -40,8 +41,8 @@ def test_traced_runs_with_vmap_fallback_disabled(op, scenario):
     # With the fallback disabled, any op lacking a batching rule raises instead of looping.
     smp = registry.get_op(op).samples()[0]
     with internals.vmap_fallback_disabled():
-        r = matrix.run(op, scenario, "traced", smp)
-        base = matrix.run(op, scenario, "per_formula", smp)
+        r = runner.run(op, scenario, "traced", smp)
+        base = runner.run(op, scenario, "per_formula", smp)
     assert r.status == "pass", r.message
     if op == "diag":
         assert base.status == "fail" and "fallback" in base.message
@@ -75,7 +76,7 @@ def test_prod_is_untraceable_with_reason_and_still_passes_via_fallback():
     assert "prod" in st.fallbacks
     assert st.untraceable("diag") is None and "diag" not in st.fallbacks
     for smp in registry.get_op("prod").samples()[:4]:
-        r = matrix.run("prod", "vmap_cotangents", st, smp)
+        r = runner.run("prod", "vmap_cotangents", st, smp)
         assert r.status == "pass", (smp.name, r.message)
 
 
@@ -121,12 +122,42 @@ def test_cache_is_thread_safe():
     assert st.trace_count == 1 and all(r is results[0] for r in results)
 
 
-def test_signature_key_separates_types_and_shapes():
+@pytest.mark.parametrize("key", [lambda a: flatten_args(a).key, positional_key], ids=["pytree", "positional"])
+def test_signature_key_separates_types_shapes_strides_and_constants(key):
     g = torch.zeros(3)
-    assert flatten_args((g, 1)).key != flatten_args((g, True)).key
-    assert flatten_args((g, [3, 5])).key != flatten_args((g, [5, 3])).key
-    assert flatten_args((torch.zeros(4), 1)).key != flatten_args((g, 1)).key
-    assert flatten_args((g, None)).key == flatten_args((torch.ones(3), None)).key
+    assert key((g, 1)) != key((g, True))
+    assert key((g, 1)) != key((g, 1.0))
+    assert key((g, [3, 5])) != key((g, [5, 3]))
+    assert key((g, [3, 5])) != key((g, (3, 5)))
+    assert key((g, 0.0)) != key((g, -0.0))  # baked into the graph: the sign matters
+    assert key((g, float("nan"))) == key((g, float("nan")))  # else every call would retrace
+    assert key((torch.zeros(4), 1)) != key((g, 1))
+    assert key((torch.zeros(3, 2), 1)) != key((torch.zeros(2, 3).t(), 1))  # same shape, strides differ
+    assert key((g, None)) == key((torch.ones(3), None))
+
+
+def test_every_catalog_formula_takes_the_positional_key_fast_path():
+    # The per-call key needs no pytree round trip for any catalog formula's args.
+    slow = [(name, smp.name) for name in registry.op_names() for smp in registry.get_op(name).samples()
+            if registry.get_op(name).kind == "backward"
+            and positional_key(formula_args_for(registry.get_op(name), smp)) is None]
+    assert slow == []
+    assert positional_key((torch.zeros(2), [torch.zeros(1)])) is None  # nested tensors: pytree
+
+
+def test_provenance_graph_and_fallback():
+    st = Traced()
+    with provenance.collecting() as events:
+        _vmap_vjp_diag(st, 1)
+    assert [(e.strategy, e.mechanism, e.ran) for e in events] == [("traced", GRAPH, True)]
+    assert events[0].detail == "diag [(3,)f32, [3, 5], 1]"
+    x = torch.rand(3, 4) + 0.5
+    with st.active(), provenance.collecting() as events:
+        _, fn = vjp(lambda x: legacy.function_for("prod").apply(x, 1, False), x)
+        vmap(fn)(torch.randn(2, 3))
+    own = [e for e in events if e.strategy == "traced"]
+    assert [(e.mechanism, e.ran) for e in own] == [(FALLBACK, False)]
+    assert "data-dependent" in own[0].detail and "\n" not in own[0].detail
 
 
 def test_tracing_inside_vmap_leaves_no_state_behind():

@@ -11,7 +11,7 @@ from torch.func import vmap
 
 from funcbwd import internals, legacy
 from funcbwd.ops import registry
-from funcbwd.run import matrix
+from funcbwd.run import outcomes, runner
 from funcbwd.errors import BadInputError
 from funcbwd.strategies import get_strategy
 # the reliability harness is shared with the hooks tests (same checks, other strategy)
@@ -29,7 +29,7 @@ def st():
 def test_passes_vmap_cotangents(op):
     spec = registry.get_op(op)
     sample = spec.sample(NONSQUARE) if op == "diag" else spec.samples()[0]
-    r = matrix.run(spec, "vmap_cotangents", STRATEGY, sample)
+    r = runner.run(spec, "vmap_cotangents", STRATEGY, sample)
     assert r.status == "pass", r.message
 
 
@@ -73,7 +73,7 @@ def test_torch_own_jacrev_is_not_reached_but_whole_jacrev_is(st):
     with st.active():
         with pytest.raises(RuntimeError) as info:
             torch.func.jacrev(f)(x)
-        assert matrix.classify(info.value) == "vmap_inplace"
+        assert outcomes.classify(info.value) == "vmap_inplace"
         torch.testing.assert_close(st.jacrev(f)(x), expected)
 
 

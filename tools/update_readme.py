@@ -1,23 +1,48 @@
 """Regenerate the README's computed sections.
 
 Re-runs the test-op matrix (saving data/matrix-test-ops.json) unless --reuse, then rewrites the
-strategies table and the bad-input table from computed results.
+strategies table, the bad-input table and the bench block from computed results, and the design
+review's evidence (data/review-evidence.json: that matrix over all samples, the saved bench run and
+the live probes) with the decision block computed from it. The paths are
+the repository's (this tool lives in it); the library only renders.
 Usage: python tools/update_readme.py [--reuse]"""
 
 import sys
+from pathlib import Path
 
 from funcbwd.measure import bad_input
+from funcbwd.run import matrix, records
 from funcbwd.views import readme
 
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DATA = ROOT / "data"
+MATRIX_FILE = DATA / readme.MATRIX_FILE_NAME
+BENCH_FILE = DATA / readme.BENCH_FILE_NAME
+EVIDENCE_FILE = DATA / readme.EVIDENCE_FILE_NAME
+
 if __name__ == "__main__":
-    results = readme.load() if "--reuse" in sys.argv else readme.run_test_ops_matrix()
-    readme.save(results)
-    text = readme.README.read_text()
+    results = records.load(MATRIX_FILE) if "--reuse" in sys.argv else matrix.run_test_ops()
+    records.save(results, MATRIX_FILE)
+    text = README.read_text()
     text = readme.replace_block(text, "strategies", readme.strategies_markdown(results))
     text = readme.replace_block(text, "bad-input",
                                 bad_input.markdown([bad_input.try_case(c) for c in bad_input.CASES]))
-    from funcbwd.measure import bench
+    from funcbwd.measure import bench_results
 
-    text = readme.replace_block(text, "bench", readme.bench_markdown(bench.load(readme.BENCH_FILE)))
-    readme.README.write_text(text)
+    bench = bench_results.load(BENCH_FILE)
+    text = readme.replace_block(text, "bench", readme.bench_markdown(
+        bench, source=str(BENCH_FILE.relative_to(ROOT))))
+    from funcbwd.measure import review
+
+    evidence = review.collect_evidence(results, bench, bench_source=str(BENCH_FILE.relative_to(ROOT)))
+    review.save_evidence(evidence, EVIDENCE_FILE)
+    text = readme.replace_block(text, "decision", readme.decision_markdown(evidence))
+    import json
+
+    from funcbwd.views import live
+
+    live_file = DATA / live.LIVE_FILE_NAME
+    text = readme.replace_block(text, "live", live.markdown(json.loads(live_file.read_text())))
+    README.write_text(text)
     print("README.md updated")

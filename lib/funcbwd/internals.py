@@ -28,9 +28,14 @@ def stack_depth() -> int:
     return _F.get_dynamic_layer_stack_depth()
 
 
+_VMAP = int(TransformType.Vmap)  # ints compare faster than the pybind enum (a per-call check)
+
+
 def vmap_active() -> bool:
     """True when a vmap level is anywhere on the functorch stack."""
-    return any(i.key() == TransformType.Vmap for i in (_F.get_interpreter_stack() or []))
+    if not _F.get_dynamic_layer_stack_depth():
+        return False
+    return any(int(i.key()) == _VMAP for i in (_F.get_interpreter_stack() or []))
 
 
 def format_stack(stack: list[tuple[str, int]] | None = None) -> str:
@@ -155,6 +160,20 @@ def is_batched(t: torch.Tensor) -> bool:
             return False
         cur = _F.get_unwrapped(cur)
     return False
+
+
+def first_batch_entry(t: torch.Tensor) -> torch.Tensor:
+    """Entry 0 of the outermost BatchedTensor in ``t``'s wrapper chain, as the tensor under that
+    wrapper (the wrappers above it dropped); ``t`` itself if it is not batched. For tests that
+    build deliberately broken strategies (e.g. one that uses entry 0's index for every entry)."""
+    cur = t
+    for _ in range(16):
+        if _F.is_batchedtensor(cur):
+            return _F.get_unwrapped(cur).select(_F.maybe_get_bdim(cur), 0)
+        if not (_F.is_functionaltensor(cur) or _F.is_gradtrackingtensor(cur)):
+            return t
+        cur = _F.get_unwrapped(cur)
+    return t
 
 
 # ---------------------------------------------------------------------------- vmap's slow fallback
@@ -405,3 +424,25 @@ def scoped_vmap_rule(qualified: str, rule) -> Iterator[None]:
         yield
     finally:
         destroy_library(lib)
+
+
+# ---------------------------------------------------------------------------- compiled formula graphs (funcbwd.fx)
+def is_plain_tensor(t: torch.Tensor) -> bool:
+    """True if ``t`` has no functorch wrapper (its values can be read outside the transforms)."""
+    return not _F.is_functorch_wrapped_tensor(t)
+
+
+def overload_kernel(target):
+    """The C++ callable an ``OpOverload`` forwards to (its ``__call__`` is ``self._op(...)``)."""
+    return getattr(target, "_op", target) if isinstance(target, torch._ops.OpOverload) else target
+
+
+def overload_binding(target):
+    """``torch.<name>`` or ``torch.Tensor.<name>`` (C++ bindings) of an aten ``OpOverload``, or None;
+    faster argument parsing, but it may pick another overload: callers verify (formula_graphs)."""
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
+        return None
+    name = target._schema.name.split("::", 1)[1]
+    fns = (getattr(torch, name, None), getattr(torch.Tensor, name, None))
+    return next((f for f in fns if type(f).__name__ in ("builtin_function_or_method",
+                                                         "method_descriptor")), None)

@@ -6,16 +6,19 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
 
 # %% [markdown]
-# # `__OP__`: the legacy in-place backward under `vmap(vjp(f))`
+# # __OP_TITLE__
 #
-# Chapters: (1) the op and its legacy formula, (2) the failure with its dispatch-key trace,
-# (3) every strategy in every scenario, (4) the formula's graph plain -> functionalized -> elided,
+# __OP_LEDE__
+#
+# Chapters: first what is particular to `__OP__`, then the chapters every op notebook shares:
+# (1) the op and its legacy formula, (2) the failure with its dispatch-key trace, (3) every
+# strategy in every scenario, (4) the formula's graph plain -> functionalized -> elided,
 # (5) overhead and copies, (6) a verdict generated from the results. Every number comes from a
 # `funcbwd` call in this notebook; every step asserts what it shows.
 
@@ -29,13 +32,16 @@ os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 from funcbwd.observe import graphs, trace
 from funcbwd.ops import registry
-from funcbwd.run import matrix
+from funcbwd.errors import first_line
+from funcbwd.run import matrix, outcomes, runner, scenarios
 from funcbwd.views import display
 from funcbwd.strategies import available
 
 display.setup_notebook()
 OP = "__OP__"
 spec = registry.get_op(OP)
+
+# __OP_INTRO__
 
 # %% [markdown]
 # ## 1. The op and its legacy formula
@@ -64,14 +70,14 @@ display.formula_source(OP)
 # index/mask/min/max as PyTorch's `test_vmapvjp` does), sample by sample, until a cell fails.
 
 # %%
-search = ["vmap_cotangents", "vmap_all_args"] + [s for s in matrix.SCENARIO_NAMES
+search = ["vmap_cotangents", "vmap_all_args"] + [s for s in scenarios.SCENARIO_NAMES
                                                   if s not in ("vmap_cotangents", "vmap_all_args")]
-cells = (matrix.run(OP, sc, "plain", smp) for sc in search for smp in spec.samples())
+cells = (runner.run(OP, sc, "plain", smp) for sc in search for smp in spec.samples())
 failing = next((cell for cell in cells if cell.status != "pass"), None)
 assert failing is not None, "the legacy formula passes everywhere: nothing to reproduce"
 print(f"first failing cell: sample {failing.sample!r}, scenario {failing.scenario}")
-print(f"status: {failing.status} ({failing.reason}: {matrix.REASONS[failing.reason]})")
-print("error:", failing.error_class + ":", matrix.first_line(failing.message, 200))
+print(f"status: {failing.status} ({failing.reason}: {outcomes.REASONS[failing.reason]})")
+print("error:", failing.error_class + ":", first_line(failing.message, 200))
 
 # %% [markdown]
 # The dispatch-key trace of that cell (`funcbwd.observe.trace.trace`): each torch call the formula made,
@@ -129,7 +135,7 @@ for form, cap in captures.items():
     if cap.ok:
         print(f"{form:15s} {len(cap.nodes)} ops: {', '.join(cap.op_names())}")
     else:
-        print(f"{form:15s} capture failed: {matrix.first_line(cap.error, 150)}")
+        print(f"{form:15s} capture failed: {first_line(cap.error, 150)}")
 # A capture may only fail on data-dependent control flow (make_fx with fake tensors cannot branch
 # on values); anything else would be a bug in the graph tools.
 assert all(c.ok or "data-dependent" in c.error for c in captures.values())
@@ -159,14 +165,14 @@ for vmapped in (False, True):
 
 # %% tags=["nbval-ignore-output"]
 BENCH = os.path.join("..", "data", "bench-quick.json")
-bench_results = None
+saved_bench = None
 if os.path.exists(BENCH):
-    from funcbwd.measure import bench
+    from funcbwd.measure import bench_results
     from funcbwd.views import plots
 
-    bench_results = bench.load(BENCH)
-    for metric in ("ratio_vs_builtin", "speedup_vs_loop"):
-        plots.ratio_vs_batch(bench_results, "small", metric, ops=[OP], cols=1).show()
+    saved_bench = bench_results.load(BENCH)
+    for metric in ("ratio_vs_handfixed", "ratio_vs_builtin", "speedup_vs_loop"):
+        plots.ratio_vs_batch(saved_bench, "small", metric, ops=[OP], cols=1).show()
 else:
     print(f"no saved bench results at {BENCH}")
 
@@ -175,10 +181,10 @@ else:
 # autograd node over no strategy; `noop_hook` is the floor any hook-based approach pays):
 
 # %% tags=["nbval-ignore-output"]
-if bench_results is not None:
+if saved_bench is not None:
     import plotly.graph_objects as go
 
-    rows = [r for r in bench.overhead_rows(bench_results) if r["op"] == OP]
+    rows = [r for r in bench_results.overhead_rows(saved_bench) if r["op"] == OP]
     go.Figure(go.Bar(x=[r["label"] for r in rows], y=[r["us_per_node_vs_none"] for r in rows]),
               layout=dict(title=f"{OP}, vmap off: us per node over no strategy", height=320,
                           yaxis_title="us per node")).show()

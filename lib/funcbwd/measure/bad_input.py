@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from funcbwd.ops import legacy_ops, registry
-from funcbwd.run import matrix
+from funcbwd.run import matrix, runner
 from funcbwd.errors import FuncbwdError
 
 
@@ -61,34 +61,34 @@ def _trace_bad_scenario() -> Any:
 
 
 CASES: tuple[Case, ...] = (
-    Case("matrix.run(op, ...)", "unknown op name", lambda: matrix.run("dig", "jacrev", "plain"),
+    Case("runner.run(op, ...)", "unknown op name", lambda: runner.run("dig", "jacrev", "plain"),
          expect="valid ops:"),
-    Case("matrix.run(op, ...)", "op is not a string", lambda: matrix.run(3, "jacrev", "plain"),
+    Case("runner.run(op, ...)", "op is not a string", lambda: runner.run(3, "jacrev", "plain"),
          expect="valid ops:"),
-    Case("matrix.run(..., scenario, ...)", "unknown scenario",
-         lambda: matrix.run("diag", "vmap_everything", "plain"), expect="valid scenarios:"),
-    Case("matrix.run(..., strategy)", "unknown strategy",
-         lambda: matrix.run("diag", "jacrev", "fast"), expect="valid strategies:"),
-    Case("matrix.run(..., sample=)", "unknown sample name",
-         lambda: matrix.run("diag", "jacrev", "plain", "4x4"), expect="valid samples of diag:"),
-    Case("matrix.run(..., sample=Sample)", "wrong shape (3-D input to diag)",
-         lambda: matrix.run("diag", "jacrev", "plain", _sample(torch.randn(2, 2, 2), 0)),
+    Case("runner.run(..., scenario, ...)", "unknown scenario",
+         lambda: runner.run("diag", "vmap_everything", "plain"), expect="valid scenarios:"),
+    Case("runner.run(..., strategy)", "unknown strategy",
+         lambda: runner.run("diag", "jacrev", "fast"), expect="valid strategies:"),
+    Case("runner.run(..., sample=)", "unknown sample name",
+         lambda: runner.run("diag", "jacrev", "plain", "4x4"), expect="valid samples of diag:"),
+    Case("runner.run(..., sample=Sample)", "wrong shape (3-D input to diag)",
+         lambda: runner.run("diag", "jacrev", "plain", _sample(torch.randn(2, 2, 2), 0)),
          expect="Supports 1D or 2D"),
-    Case("matrix.run(..., sample=Sample)", "integer dtype",
-         lambda: matrix.run("diag", "jacrev", "plain", _sample(torch.arange(6).view(2, 3), 0)),
+    Case("runner.run(..., sample=Sample)", "integer dtype",
+         lambda: runner.run("diag", "jacrev", "plain", _sample(torch.arange(6).view(2, 3), 0)),
          expect="use float32 or float64"),
-    Case("matrix.run(..., sample=Sample)", "complex dtype",
-         lambda: matrix.run("diag", "jacrev", "plain",
+    Case("runner.run(..., sample=Sample)", "complex dtype",
+         lambda: runner.run("diag", "jacrev", "plain",
                             _sample(torch.randn(2, 3, dtype=torch.complex64), 0)),
          expect="use float32 or float64"),
-    Case("matrix.run(..., sample=Sample)", "non-tensor argument",
-         lambda: matrix.run("diag", "jacrev", "plain", _sample([[1.0, 2.0]], 0)),
+    Case("runner.run(..., sample=Sample)", "non-tensor argument",
+         lambda: runner.run("diag", "jacrev", "plain", _sample([[1.0, 2.0]], 0)),
          expect="must be a tensor"),
-    Case("matrix.run(..., sample=Sample)", "index out of range (index_select)",
-         lambda: matrix.run("index_select", "jacrev", "plain",
+    Case("runner.run(..., sample=Sample)", "index out of range (index_select)",
+         lambda: runner.run("index_select", "jacrev", "plain",
                             _sample(torch.randn(3, 2), 0, torch.tensor([5]))),
          expect="not valid input for index_select"),
-    Case("matrix.run(..., batch=)", "batch size 0", lambda: matrix.run("diag", "jacrev", "plain", batch=0),
+    Case("runner.run(..., batch=)", "batch size 0", lambda: runner.run("diag", "jacrev", "plain", batch=0),
          expect="positive int"),
     Case("matrix.run_matrix(ops=...)", "empty op list", lambda: matrix.run_matrix(ops=""),
          expect="no op given"),

@@ -15,7 +15,6 @@ This answers "the copies seem scary" (functorch#241) with counted copies and byt
 
 from __future__ import annotations
 
-import argparse
 import builtins
 import dataclasses
 import difflib
@@ -23,7 +22,6 @@ import html
 import inspect
 import keyword
 import re
-import sys
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
@@ -33,7 +31,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from funcbwd.fx import elide
 from funcbwd.ops import registry
 from funcbwd.errors import BadInputError, UnknownNameError
-from funcbwd.strategies.traced import flatten_args, formula_args_for, trace_formula
+from funcbwd.fx.formula_graphs import flatten_args, formula_args_for, trace_formula
 
 FORMS = ("plain", "functionalized", "traced", "builtin")
 #: strategy name -> the form of the formula graph it runs under vmap (for bench's copy section).
@@ -247,9 +245,11 @@ class GraphDiff:
                             f"<td class='{rc}'>{html.escape(rt)}</td></tr>")
         return (
             "<div class='funcbwd-graphdiff'><style>"
-            ".funcbwd-graphdiff table{border-collapse:collapse;font:12px monospace;width:100%}"
-            ".funcbwd-graphdiff td{white-space:pre;vertical-align:top;padding:1px 6px;"
-            "border-right:1px solid #ccc;width:50%}"
+            ".funcbwd-graphdiff table{border-collapse:collapse;font:12px monospace;width:100%;"
+            "table-layout:fixed}"
+            # long graph lines wrap inside their half, so the "after" column is never cut off
+            ".funcbwd-graphdiff td{white-space:pre-wrap;overflow-wrap:anywhere;vertical-align:top;"
+            "padding:1px 6px;border-right:1px solid #ccc;width:50%}"
             ".funcbwd-graphdiff th{text-align:left;padding:2px 6px;background:#eee}"
             ".funcbwd-graphdiff td.del{background:#fdd}.funcbwd-graphdiff td.add{background:#dfd}"
             "</style><table>"
@@ -376,44 +376,10 @@ def format_copy_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _stats_line(s: CopyStats) -> str:
+def stats_line(s: CopyStats) -> str:
+    """One line: the copy-like ops of a capture and the bytes they write (or why no graph)."""
     if s.error:
         return f"{s.form}: no graph ({s.error})"
     ops = ", ".join(f"{k} x{v[0]} ({v[1]} B)" for k, v in s.by_op.items()) or "none"
     return (f"{s.form}: {s.copies} copy-like op(s), {s.copy_bytes} B copied, "
             f"{s.written_bytes} B written in all; {ops}")
-
-
-# ------------------------------------------------------------------------------ CLI
-def configure_graph(p: argparse.ArgumentParser) -> None:
-    p.epilog = ("forms:\n" + "\n".join(f"  {f}" for f in FORMS)
-                + "\n\nops: " + ", ".join(registry.op_names()))
-    p.add_argument("op", help="op name (see `python -m funcbwd ops`)")
-    p.add_argument("--from", dest="a", default="plain", help="form to diff from (default plain)")
-    p.add_argument("--to", dest="b", default="traced", help="form to diff to (default traced)")
-    p.add_argument("--vmap", action="store_true", help="capture make_fx(vmap(form)) over a batch of cotangents")
-    p.add_argument("--sample", default=None, help="sample name (default: the op's first)")
-    p.add_argument("--batch", type=int, default=4, help="batch size under --vmap (default 4)")
-    p.add_argument("--html", default=None, metavar="FILE", help="also write a side-by-side HTML diff")
-    p.add_argument("--copies", action="store_true", help="print the copy table for all test ops instead")
-
-
-def main_graph(args: argparse.Namespace) -> int:
-    if args.copies:
-        sys.stdout.write(format_copy_table(copy_table(vmap=args.vmap, batch=args.batch)) + "\n")
-        return 0
-    spec = registry.get_op(args.op)
-    check_form(args.a), check_form(args.b)
-    smp = spec.sample(args.sample)
-    d = diff(spec, args.a, args.b, args.vmap, smp, args.batch)
-    text = d.unified() or f"(no difference between {d.a.title} and {d.b.title})"
-    print(text)
-    print()
-    for cap in (d.a, d.b):
-        print(_stats_line(stats_of(cap)))
-    if args.html:
-        with open(args.html, "w") as f:
-            f.write("<!doctype html><meta charset='utf-8'><title>funcbwd graph diff</title>"
-                    + d.html() + "\n")
-        print(f"wrote {args.html}")
-    return 0

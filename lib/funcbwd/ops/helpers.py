@@ -1,11 +1,23 @@
-"""Helpers a formula author needs: seeded inputs, shapes, tangents and masks.
+"""Helpers a formula author needs: the legacy zeros factory, shapes, seeded inputs, tangents, masks.
 
-Public on purpose (``funcbwd.ops.helpers``): a registration of a simple op is a few lines with them.
+Public on purpose (``funcbwd.ops.helpers``, also ``funcbwd.helpers``): with them a formula and
+its registration are a few lines (docs/adding-a-formula.md). Every random input is seeded from
+its own generator, so samples are the same on every run and never touch the global RNG.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
+
+
+def zeros_like_grad(sizes: Sequence[int], grad: torch.Tensor) -> torch.Tensor:
+    """``at::zeros(sizes, grad.options())``: zeros of shape ``sizes`` with ``grad``'s dtype and
+    device, the unbatched factory behind most legacy formulas. Under vmap the result is *not*
+    batched even when ``grad`` is; writing ``grad`` into it in place is the failure funcbwd
+    studies, so keep it when transcribing a legacy formula."""
+    return torch.zeros(tuple(sizes), dtype=grad.dtype, device=grad.device)
 
 
 def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -33,10 +45,12 @@ def zero_if_none(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(like) if t is None else t
 
 
-
 def mask(*shape: int, seed: int) -> torch.Tensor:
     """A seeded random boolean mask that is never all False."""
     g = torch.Generator().manual_seed(seed)
     m = torch.rand(shape, generator=g) > 0.5
     m.view(-1)[0] = True  # never empty
     return m
+
+
+__all__ = ["zeros_like_grad", "randn", "shape", "gather_tangent", "zero_if_none", "mask"]

@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 import torch
 
-from funcbwd.errors import BadInputError, UnknownNameError, first_line
+from funcbwd.errors import BadInputError, FuncbwdError, UnknownNameError, first_line
+from funcbwd.ops.plugins import load_entry_points
 
 Args = tuple[Any, ...]
 
@@ -65,6 +66,11 @@ class OpSpec:
     #: "backward" (``formula`` is a vjp formula) or "jvp" (``formula`` is a forward-mode formula:
     #: ``formula_args(args, outputs, tangents)`` builds its args, it returns the output tangents).
     kind: str = "backward"
+    #: Optional per-entry rule for scenarios that batch this op's args (see
+    #: :mod:`funcbwd.run.entries`): ``batch_entry(position, entry, b)`` gets the generic entry
+    #: ``b >= 1`` of the sample arg at ``position`` and returns the one to use (same shape and
+    #: dtype). For samples whose entries must differ in more than order (prod: zero counts).
+    batch_entry: Callable[[int, torch.Tensor, int], torch.Tensor] | None = None
 
     def samples(self) -> list[Sample]:
         return self.make_samples()
@@ -117,21 +123,57 @@ _REGISTRY: dict[str, OpSpec] = {}
 
 
 def register(spec: OpSpec) -> OpSpec:
+    """Add ``spec`` to the registry (and so to the matrix, traces, graphs, bench and CLI); returns
+    it. A name can be registered once: a second registration raises, naming the first one's
+    formula module."""
+    if not isinstance(spec, OpSpec):
+        raise BadInputError(f"register takes a funcbwd.OpSpec, got {type(spec).__name__}")
+    if not isinstance(spec.name, str) or not spec.name.isidentifier():
+        raise BadInputError(f"op name must be a Python identifier (it is an attribute of "
+                            f"funcbwd.legacy and a torch.library op name), got {spec.name!r}")
     if spec.name in _REGISTRY:
-        raise ValueError(f"op {spec.name!r} is already registered")
+        first = getattr(_REGISTRY[spec.name].formula, "__module__", "?")
+        raise FuncbwdError(f"op {spec.name!r} is already registered (formula from {first}); "
+                           "choose another name")
     _REGISTRY[spec.name] = spec
     return spec
 
 
+def _registry() -> dict[str, OpSpec]:
+    """The registry, after the installed plugins (entry-point group ``funcbwd.formulas``)
+    registered theirs: loaded once, on the first read."""
+    load_entry_points()
+    return _REGISTRY
+
+
 def get_op(name: str) -> OpSpec:
-    if not isinstance(name, str) or name not in _REGISTRY:
-        raise UnknownNameError("op", name, _REGISTRY)
-    return _REGISTRY[name]
+    """The registered op ``name``; an unknown name raises, listing the valid ones."""
+    reg = _registry()
+    if not isinstance(name, str) or name not in reg:
+        raise UnknownNameError("op", name, reg)
+    return reg[name]
 
 
-def op_names(group: str | None = None) -> list[str]:
-    return [n for n, s in _REGISTRY.items() if group is None or s.group == group]
+#: Groups that are registered (``get_op`` finds them, ``op_names(group)`` lists them) but left out
+#: of the default op set that ``op_names()`` / ``all_ops()`` return with no group (the matrix,
+#: report, bench and notebook defaults): "live", today's core sites (funcbwd.ops.live_*), are
+#: asked for by group or by name.
+OPT_IN_GROUPS = frozenset({"live"})
 
 
-def all_ops(group: str | None = None) -> list[OpSpec]:
-    return [_REGISTRY[n] for n in op_names(group)]
+def op_names(group: str | None = None, *, include_opt_in: bool = False) -> list[str]:
+    """Registered op names in registration order: only ``group``'s if given, else the default set
+    (every group but :data:`OPT_IN_GROUPS`, unless ``include_opt_in``)."""
+    if group is not None:
+        return [n for n, s in _registry().items() if s.group == group]
+    return [n for n, s in _registry().items() if include_opt_in or s.group not in OPT_IN_GROUPS]
+
+
+def all_ops(group: str | None = None, *, include_opt_in: bool = False) -> list[OpSpec]:
+    """The registered :class:`OpSpec` s in registration order (as :func:`op_names` selects)."""
+    return [_REGISTRY[n] for n in op_names(group, include_opt_in=include_opt_in)]
+
+
+def groups() -> list[str]:
+    """Every registered group, opt-in ones included (sorted)."""
+    return sorted({s.group for s in _registry().values()})

@@ -196,6 +196,19 @@ def _prod_jvp(a: Args, o: tuple, t: tuple) -> tuple:
     return ((g * tx).sum() if dim is None else (g * tx).sum(dim, keepdim),)
 
 
+def _prod_entry(position: int, entry: torch.Tensor, b: int) -> torch.Tensor:
+    """Batch entry ``b`` of prod's input with ``(zeros + b) % 3`` zeros (``zeros``: the entry's
+    own count), so a batch of 3 holds a no-zero, a one-zero and a two-zeros entry: each takes a
+    different branch of the legacy formula. The zeros go where ``|x|`` is smallest."""
+    if position != 0:
+        return entry
+    flat = entry.reshape(-1).clone()
+    want = (int((flat == 0).sum()) + b) % 3
+    flat[flat == 0] = 0.5 * (1.0 + b / 4.0)
+    flat[torch.argsort(flat.abs(), stable=True)[:want]] = 0.0
+    return flat.reshape(entry.shape)
+
+
 register(OpSpec(
     name="prod",
     torch_op=_prod_op,
@@ -214,6 +227,7 @@ register(OpSpec(
         Sample("dim=1, two zeros", (_prod_input([4, 5], 76), 1, True)),
     ],
     jvp=_prod_jvp,
+    batch_entry=_prod_entry,
     group="test",
     notes="A negative control: no in-place op, but data-dependent control flow (.item(), nonzero) "
     "that functionalization cannot remove.",

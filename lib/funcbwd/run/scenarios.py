@@ -1,22 +1,27 @@
 """Transform scenarios: each builds one torch.func composition for an op sample under a strategy
 and the matching per-sample Python loop (plain autograd, no transforms) to compare it with.
 
-A scenario function returns ``(actual, expected)`` as flat tuples of tensors. The loop always
-clones each cotangent slice (some backwards read absolute storage offsets of views).
+A scenario function returns ``(actual, expected)`` as flat tuples of tensors. It runs the
+strategy's own part inside :meth:`Case.strategy_part` (which activates the strategy and collects
+its provenance events) and the per-sample loop outside it. The loop always clones each cotangent
+slice (some backwards read absolute storage offsets of views). Batched args are built by
+:func:`funcbwd.run.entries.distinct_entries`: every batch entry is its own valid value.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch.func import jacfwd, vmap
 
 from funcbwd.ops.registry import OpSpec, Sample
-from funcbwd.errors import NotApplicableError
-from funcbwd.strategies import Strategy
+from funcbwd.run.compare import check_close
+from funcbwd.run.entries import distinct_entries, stacked
+from funcbwd.strategies import Strategy, provenance
 
 BATCH = 3
 MAX_IN_DIMS_CHOICES = 16
@@ -24,9 +29,26 @@ MAX_IN_DIMS_CHOICES = 16
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
+    """``needs_jvp``: the scenario runs forward mode over the op, so a strategy that differentiates
+    the legacy op (``Strategy.runs_legacy_op``) needs the op's ``OpSpec.jvp``. ``formula_kind``:
+    the kind of op (``OpSpec.kind``) whose formula the scenario runs: "backward" here, "jvp" for
+    the forward-mode scenarios of :mod:`funcbwd.run.forward_scenarios`."""
+
     name: str
     description: str
     run: Callable[["Case"], tuple[tuple, tuple]]
+    needs_jvp: bool = False
+    formula_kind: str = "backward"  # [forward scenarios] which op kind's formula this scenario runs
+
+    def not_applicable(self, op: OpSpec, strategy: Strategy) -> str | None:
+        """Why this scenario cannot run ``op`` under ``strategy``, or None."""
+        # [forward scenarios] a scenario runs the formulas of one op kind only
+        if getattr(op, "kind", "backward") != self.formula_kind:
+            return (f"{self.name} runs {self.formula_kind} formulas; {op.name}'s formula is a "
+                    f"{op.kind} formula (see funcbwd.run.forward_scenarios)")
+        if self.needs_jvp and strategy.runs_legacy_op and op.jvp is None:
+            return f"legacy {op.name} has no jvp rule ({self.name} needs one)"
+        return None
 
 
 @dataclasses.dataclass
@@ -38,6 +60,23 @@ class Case:
     seed: int = 0
     #: set by vmap_all_args: the in_dims choice that failed or mismatched first
     detail: str = ""
+    #: provenance events the strategy recorded inside :meth:`strategy_part`
+    events: list = dataclasses.field(default_factory=list)
+
+    @contextlib.contextmanager
+    def strategy_part(self) -> Iterator[Strategy]:
+        """The strategy's own part of the cell (never the per-sample loop): the strategy active,
+        and what its mechanism records collected into :attr:`events`."""
+        with provenance.collecting() as events:
+            try:
+                with self.strategy.active():
+                    yield self.strategy
+            finally:
+                self.events.extend(events)
+
+    def entries(self, values: Sequence[torch.Tensor], positions: Sequence[int | None]) -> list:
+        """Distinct batch entries of ``values`` (sample-arg ``positions``, None for cotangents)."""
+        return distinct_entries(values, self.batch, self.seed, op=self.op, positions=positions)
 
 
 # ------------------------------------------------------------------------------ building blocks
@@ -85,21 +124,6 @@ def output_shapes(op: OpSpec, sample: Sample) -> list[torch.Size]:
         return [o.shape for o in op.diff_out(op.torch_op(*sample.args))]
 
 
-def per_sample_value(a: torch.Tensor, b: int) -> torch.Tensor:
-    """Batch entry ``b`` of a batched arg: float args are scaled (keeps zeros, ties and order),
-    integer and bool args are repeated (indices and masks stay valid)."""
-    if a.is_floating_point():
-        return a * (1.0 + b / 4.0)
-    return a.clone()
-
-
-def batch_arg(a: torch.Tensor, batch: int, in_dim: int | None) -> torch.Tensor:
-    if in_dim is None:
-        return a
-    stacked = torch.stack([per_sample_value(a, b) for b in range(batch)])
-    return stacked if in_dim == 0 else stacked.movedim(0, -1).contiguous()
-
-
 def slice_arg(a: torch.Tensor, b: int, in_dim: int | None) -> torch.Tensor:
     return a if in_dim is None else a.select(in_dim, b).clone()
 
@@ -120,7 +144,7 @@ def vmap_cotangents(case: Case) -> tuple[tuple, tuple]:
     shapes = output_shapes(op, s)
     cts = tuple(_randn((case.batch, *sh), case.seed + 100 + i, s.args[s.diff[0]].dtype)
                 for i, sh in enumerate(shapes))
-    with st.active():
+    with case.strategy_part():
         _, vjp_fn = st.vjp(bind(op, st, s.args, s.diff), *primals)
         actual = vmap(lambda *c: vjp_fn(c))(*cts)
     expected = stack_loop([loop_vjp(op, st.reference(), s.args, s.diff, [c[b] for c in cts])
@@ -130,20 +154,23 @@ def vmap_cotangents(case: Case) -> tuple[tuple, tuple]:
 
 def vmap_all_args(case: Case) -> tuple[tuple, tuple]:
     """All tensor args (primals, index/mask/min/max) and cotangents batched, for each in_dims choice
-    as PyTorch's test_vmapvjp does; the first choice that fails or mismatches is reported."""
+    as PyTorch's test_vmapvjp does; the first choice that fails or mismatches is reported. Batched
+    args take distinct entries (:func:`funcbwd.run.entries.distinct_entries`); an unbatched arg is
+    the sample's value (entry 0)."""
     op, s, st = case.op, case.sample, case.strategy
     tpos = s.tensor_positions()
     shapes = output_shapes(op, s)
     dtype = s.args[s.diff[0]].dtype
     base_cts = [_randn(sh, case.seed + 200 + i, dtype) for i, sh in enumerate(shapes)]
-    n = len(tpos) + len(base_cts)
+    unbatched = [s.args[p] for p in tpos] + base_cts
+    entries = case.entries(unbatched, list(tpos) + [None] * len(base_cts))
+    n = len(unbatched)
     actual_all: list[torch.Tensor] = []
     expected_all: list[torch.Tensor] = []
 
     for in_dims in in_dims_choices(n):
         case.detail = f"in_dims={in_dims}"
-        unbatched = [s.args[p] for p in tpos] + base_cts
-        batched = [batch_arg(a, case.batch, d) for a, d in zip(unbatched, in_dims)]
+        batched = [a if d is None else stacked(e, d) for a, e, d in zip(unbatched, entries, in_dims)]
 
         def h(*xs: torch.Tensor) -> tuple:
             full = list(s.args)
@@ -152,7 +179,7 @@ def vmap_all_args(case: Case) -> tuple[tuple, tuple]:
             _, vjp_fn = st.vjp(bind(op, st, full, s.diff), *[full[p] for p in s.diff])
             return vjp_fn(tuple(xs[len(tpos):]))
 
-        with st.active():
+        with case.strategy_part():
             actual = vmap(h, in_dims=in_dims)(*batched)
         loop = []
         for b in range(case.batch):
@@ -162,7 +189,7 @@ def vmap_all_args(case: Case) -> tuple[tuple, tuple]:
                 full[p] = v
             loop.append(loop_vjp(op, st.reference(), full, s.diff, xs[len(tpos):]))
         expected = stack_loop(loop)
-        _check_close(actual, expected, case)  # report the first bad in_dims choice
+        check_close(actual, expected, case.detail)  # report the first bad in_dims choice
         actual_all.extend(actual)
         expected_all.extend(expected)
     case.detail = f"{len(in_dims_choices(n))} in_dims choices"
@@ -182,7 +209,7 @@ def vjp_of_vjp(case: Case) -> tuple[tuple, tuple]:
         _, vjp_fn = st.vjp(bind(op, st, s.args, s.diff), *xs[:k])
         return vjp_fn(tuple(xs[k:]))
 
-    with st.active():
+    with case.strategy_part():
         inner, vjp2 = st.vjp(g1, *primals, *cts1)
         cts2 = tuple(_randn((case.batch, *i.shape), case.seed + 400 + j, dtype)
                      for j, i in enumerate(inner))
@@ -212,7 +239,7 @@ def grad_inside_vmap(case: Case) -> tuple[tuple, tuple]:
     non-differentiable args (index, mask) unbatched."""
     op, s, st = case.op, case.sample, case.strategy
     k = len(s.diff)
-    primals = [batch_arg(s.args[p], case.batch, 0) for p in s.diff]
+    primals = [stacked(e, 0) for e in case.entries([s.args[p] for p in s.diff], s.diff)]
     shapes = output_shapes(op, s)
     dtype = primals[0].dtype
     cts = [_randn((case.batch, *sh), case.seed + 500 + i, dtype) for i, sh in enumerate(shapes)]
@@ -225,7 +252,7 @@ def grad_inside_vmap(case: Case) -> tuple[tuple, tuple]:
 
         return st.grad(loss, argnums=tuple(range(k)))(*xs[:k])
 
-    with st.active():
+    with case.strategy_part():
         actual = vmap(h)(*primals, *cts)
     loop = []
     for b in range(case.batch):
@@ -269,7 +296,7 @@ def _loop_jac_ref(case: Case, x: torch.Tensor, order: int) -> torch.Tensor:
 def jacrev(case: Case) -> tuple[tuple, tuple]:
     s, st = case.sample, case.strategy
     x = s.args[s.diff[0]]
-    with st.active():
+    with case.strategy_part():
         actual = st.jacrev(_single(case.op, st, s, s.diff[0]))(x)
     return (actual,), (_loop_jac_ref(case, x, 1),)
 
@@ -277,17 +304,15 @@ def jacrev(case: Case) -> tuple[tuple, tuple]:
 def jacrev_jacrev(case: Case) -> tuple[tuple, tuple]:
     s, st = case.sample, case.strategy
     x = s.args[s.diff[0]]
-    with st.active():
+    with case.strategy_part():
         actual = st.jacrev(st.jacrev(_single(case.op, st, s, s.diff[0])))(x)
     return (actual,), (_loop_jac_ref(case, x, 2),)
 
 
 def jacfwd_jacrev(case: Case) -> tuple[tuple, tuple]:
     s, st = case.sample, case.strategy
-    if st.name != "builtin" and case.op.jvp is None:
-        raise NotApplicableError(f"legacy {case.op.name} has no jvp rule (jacfwd needs one)")
     x = s.args[s.diff[0]]
-    with st.active():
+    with case.strategy_part():
         actual = jacfwd(st.jacrev(_single(case.op, st, s, s.diff[0])))(x)
     return (actual,), (_loop_jac_ref(case, x, 2),)
 
@@ -295,8 +320,8 @@ def jacfwd_jacrev(case: Case) -> tuple[tuple, tuple]:
 def vmap_jacrev(case: Case) -> tuple[tuple, tuple]:
     s, st = case.sample, case.strategy
     x = s.args[s.diff[0]]
-    xb = batch_arg(x, case.batch, 0)
-    with st.active():
+    (xb,) = [stacked(e, 0) for e in case.entries([x], [s.diff[0]])]
+    with case.strategy_part():
         actual = vmap(st.jacrev(_single(case.op, st, s, s.diff[0])))(xb)
     expected = torch.stack([_loop_jac_ref(case, xb[b], 1) for b in range(case.batch)])
     return (actual,), (expected,)
@@ -315,38 +340,8 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("jacrev_jacrev", "jacrev(jacrev(f)) (the hessian by reverse over reverse)",
                  jacrev_jacrev),
         Scenario("jacfwd_jacrev", "jacfwd(jacrev(f)) (forward over reverse; needs a jvp rule)",
-                 jacfwd_jacrev),
+                 jacfwd_jacrev, needs_jvp=True),
         Scenario("vmap_jacrev", "vmap(jacrev(f)) over a batch of primals", vmap_jacrev),
     ]
 }
 SCENARIO_NAMES = tuple(SCENARIOS)
-
-
-# ------------------------------------------------------------------------------ comparison
-ATOL = RTOL = 1e-4
-
-
-class Mismatch(AssertionError):
-    def __init__(self, max_abs_err: float, where: str):
-        self.max_abs_err = max_abs_err
-        super().__init__(f"max abs error {max_abs_err:.3g} vs the per-sample loop ({where})")
-
-
-def max_abs_error(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> float:
-    worst = 0.0
-    for a, e in zip(actual, expected):
-        a, e = torch.as_tensor(a).detach(), torch.as_tensor(e).detach()
-        if a.shape != e.shape:
-            return float("inf")
-        if a.numel():
-            worst = max(worst, (a.double() - e.double()).abs().max().item())
-    return worst
-
-
-def _check_close(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], case: Case) -> None:
-    if len(actual) != len(expected):
-        raise Mismatch(float("inf"), f"{len(actual)} outputs vs {len(expected)}")
-    for a, e in zip(actual, expected):
-        a, e = torch.as_tensor(a).detach(), torch.as_tensor(e).detach()
-        if a.shape != e.shape or not torch.allclose(a.double(), e.double(), atol=ATOL, rtol=RTOL, equal_nan=True):
-            raise Mismatch(max_abs_error([a], [e]), case.detail or "shape/values")

@@ -27,6 +27,15 @@ class Strategy:
     summary: ClassVar[str] = ""
     #: True if the strategy can act on torch's own (C++) backward nodes, not just our formulas.
     acts_on_builtin_nodes: ClassVar[bool] = False
+    #: True if the scenarios differentiate the legacy op (its forward-mode rule is ``OpSpec.jvp``);
+    #: False for a strategy that differentiates torch's own op (``builtin``).
+    runs_legacy_op: ClassVar[bool] = True
+    #: The kinds of formula (``OpSpec.kind``) the strategy's mechanism acts on: "backward" (a vjp
+    #: formula run by the legacy op's backward) and/or "jvp" (a forward-mode formula run by its
+    #: jvp). A strategy opts in to "jvp"; for an op of another kind it is not applicable.
+    formula_kinds: ClassVar[tuple[str, ...]] = ("backward",)
+    #: Why the strategy cannot act on the other kinds (the not_applicable text), if it says more.
+    formula_kinds_reason: ClassVar[str] = ""
 
     # --- what the scenarios differentiate -------------------------------------------------
     def function(self, op: "OpSpec") -> Callable[..., Any]:
@@ -43,7 +52,8 @@ class Strategy:
 
     # --- inside the backward ----------------------------------------------------------------
     def run_formula(self, op: "OpSpec", args: tuple) -> Any:
-        """Run ``op.formula(*args)``; the legacy op's backward calls this."""
+        """Run ``op.formula(*args)``; the legacy op's backward calls this (its jvp, for a
+        jvp-kind op)."""
         return op.formula(*args)
 
     # --- transform entry points ---------------------------------------------------------------
@@ -57,8 +67,14 @@ class Strategy:
         return torch.func.jacrev(fn, argnums=argnums)
 
     def not_applicable(self, op: "OpSpec", scenario: str) -> str | None:
-        """A reason this strategy cannot apply to ``op`` in ``scenario``, or None."""
-        return None
+        """A reason this strategy cannot apply to ``op`` in ``scenario``, or None (base: the
+        op's formula kind must be one of :attr:`formula_kinds`; overrides call this first)."""
+        kind = getattr(op, "kind", "backward")
+        if kind in self.formula_kinds:
+            return None
+        return (f"{self.name} acts on {' and '.join(self.formula_kinds)} formulas only; "
+                f"{op.name}'s formula is a {kind} formula"
+                + (f" ({self.formula_kinds_reason})" if self.formula_kinds_reason else ""))
 
     # --- activation ---------------------------------------------------------------------------
     @contextlib.contextmanager

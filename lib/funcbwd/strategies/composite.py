@@ -10,6 +10,10 @@ cannot remove data-dependent control flow (prod's ``.item()``) or dynamic shapes
 (masked_select), and when a formula input itself needs grad under a grad level above vmap
 (e.g. clamp's ``self`` under ``vmap(grad(f))``) the Autograd kernel must decompose the op, so
 the in-place ops meet vmap again (fails under mixed batching; per_formula does not).
+
+Provenance (:mod:`funcbwd.strategies.provenance`): the batched kernel records "batched kernel ran"
+(ran=True); the Autograd kernel records "op decomposed before vmap (kernel not called)" when it
+decomposes under vmap; the explicit kernel records that the formula ran as written, unbatched.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import torch.func
 import torch.utils._pytree as pytree
 
 from funcbwd import internals
+from funcbwd.strategies import provenance
 from funcbwd.strategies.base import Strategy
 from funcbwd.errors import first_line
 
@@ -132,6 +137,7 @@ def _make_kernels(name: str) -> tuple[Callable, Callable, Callable]:
     def explicit(*args: Any) -> Any:
         """CompositeExplicitAutograd: the formula as written, on plain (or fake/meta) tensors."""
         KERNEL_CALLS[name, "explicit"] += 1
+        provenance.record("composite", "explicit kernel ran (formula as written, unbatched)", False, name)
         return _no_alias(formula()(*args), args)
 
     def autograd(keyset, *args: Any) -> Any:
@@ -142,6 +148,10 @@ def _make_kernels(name: str) -> tuple[Callable, Callable, Callable]:
         needs_grad = torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves(args))
         if needs_grad:
+            if internals.vmap_active():
+                provenance.record("composite", "op decomposed before vmap (kernel not called)", False, name)
+            else:
+                provenance.record("composite", "op decomposed by autograd (no vmap level)", False, name)
             return _no_alias(formula()(*args), args)
         with internals.below_autograd():
             return getattr(getattr(torch.ops, NAMESPACE), name).default(*args)
@@ -165,6 +175,7 @@ def _make_kernels(name: str) -> tuple[Callable, Callable, Callable]:
         with internals.lowered_with_call_site_tls(interp, include, exclude):
             if _all_none(in_dims):  # batched at a lower level only: let that level handle it
                 return getattr(getattr(torch.ops, NAMESPACE), name).default(*unwrapped)
+            provenance.record("composite", "batched kernel ran: vmap(functionalize(formula))", True, name)
             res = torch.func.vmap(torch.func.functionalize(body), in_dims=tuple(in_dims),
                                   randomness=interp.randomness())(*unwrapped)
         it = iter(internals.add_batch_dim(r, 0, level) for r in res)
@@ -211,6 +222,7 @@ def ops_added() -> list[str]:
 class Composite(Strategy):
     name = "composite"
     summary = "each formula a private torch.library op with a functionalizing vmap kernel"
+    formula_kinds = ("backward", "jvp")
 
     def run_formula(self, op: "OpSpec", args: tuple) -> Any:
         overload = ensure_registered(op)

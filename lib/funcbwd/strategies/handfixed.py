@@ -17,20 +17,26 @@ from typing import Any
 
 from funcbwd.errors import NotApplicableError
 from funcbwd.ops.handfixed import handfixed_formula
+from funcbwd.strategies import provenance
 from funcbwd.strategies.base import Strategy
 
 
 class Handfixed(Strategy):
     name = "handfixed"
     summary = "core's modern out-of-place formula written in Python, run through the legacy op"
+    formula_kinds = ("backward", "jvp")
 
     def run_formula(self, op, args: tuple) -> Any:
         formula = handfixed_formula(op)
         if formula is None:
             raise NotApplicableError(self._missing(op))
+        provenance.record(self.name, "handfixed out-of-place formula ran", True, op.name)
         return formula(*args)
 
     def not_applicable(self, op, scenario: str) -> str | None:
+        kind_reason = super().not_applicable(op, scenario)
+        if kind_reason:
+            return kind_reason
         return None if handfixed_formula(op) is not None else self._missing(op)
 
     @staticmethod

@@ -14,6 +14,9 @@ grads it wraps with the level it pushed, the post-hook pops only that level, and
 with the grads, so nothing can go stale. Each node is hooked at most once (checked on the node's
 own hook dict), and a node already running under a caller's ``functionalize`` is left alone.
 
+Provenance (:mod:`funcbwd.strategies.provenance`): the pre-hook records "hooks pushed
+Functionalize under vmap" (ran=True) when it pushes a level, and says why when it does not.
+
 Known limit: hooks only see grads. Tensors a formula builds from *saved* tensors are not
 functional, and mutating one with a functional tensor asserts inside functionalization.
 """
@@ -27,6 +30,7 @@ import torch
 import torch.func
 
 from funcbwd import internals
+from funcbwd.strategies import provenance
 from funcbwd.strategies.base import Strategy
 
 #: attribute the pre-hook sets on the grads it wraps: how the post-hook knows the top level is ours
@@ -56,13 +60,17 @@ def _pushed_level(grads: Sequence[Any]) -> int | None:
 def functionalize_prehook(grad_outputs: tuple) -> tuple | None:
     """Before a node: under vmap, push a Functionalize level and wrap the grads at it."""
     if not internals.vmap_active():
-        return None  # the cost when vmap is off: one interpreter-stack query
+        # the cost when vmap is off: one interpreter-stack query (and a no-op provenance record)
+        provenance.record("hooks", "node ran as written (no vmap level)", False)
+        return None
     if not any(isinstance(g, torch.Tensor) for g in grad_outputs):
         return None
     seen = _functional_level(grad_outputs)
     if seen is not None and internals.top_is_functionalize(seen):
+        provenance.record("hooks", "node already functionalized by the caller", False)
         return None  # already functionalized (the caller's own functionalize): nothing to add
     level = internals.push_functionalize()
+    provenance.record("hooks", "hooks pushed Functionalize under vmap", True)
     wrapped = tuple(internals.wrap_functional(g, level) if isinstance(g, torch.Tensor) else g
                     for g in grad_outputs)
     for g in wrapped:
@@ -190,6 +198,9 @@ class Hooks(Strategy):
 
     name = "hooks"
     summary = "autograd pre/post hooks functionalize each backward node iff vmap is active"
+    formula_kinds = ("backward",)
+    formula_kinds_reason = ("hooks sit on backward nodes; a forward-mode formula runs in the "
+                            "forward pass, where no backward hook sees it")
     acts_on_builtin_nodes = True
 
     def function(self, op) -> Callable[..., Any]:

@@ -25,17 +25,21 @@ import torch.func
 
 from funcbwd import internals
 from funcbwd.errors import BadInputError
+from funcbwd.strategies import provenance
 from funcbwd.strategies.base import Strategy
 
 
-def functionalized_when_vmapped(vjp_fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``vjp_fn`` run under ``torch.func.functionalize`` iff a vmap level is active."""
+def functionalized_when_vmapped(vjp_fn: Callable[..., Any], strategy: str = "whole") -> Callable[..., Any]:
+    """``vjp_fn`` run under ``torch.func.functionalize`` iff a vmap level is active (provenance
+    recorded under ``strategy``: ran=True only when functionalize was entered under vmap)."""
     functionalized = torch.func.functionalize(vjp_fn)
 
     @functools.wraps(vjp_fn)
     def wrapper(*cotangents: Any, **kwargs: Any) -> Any:
         if internals.vmap_active():
+            provenance.record(strategy, "vjp_fn functionalized under vmap", True)
             return functionalized(*cotangents, **kwargs)
+        provenance.record(strategy, "vjp_fn ran as written (no vmap level)", False)
         return vjp_fn(*cotangents, **kwargs)
 
     return wrapper
@@ -64,11 +68,14 @@ def _partial_in(fn: Callable, args: Sequence[Any], nums: tuple[int, ...]) -> Cal
 class Whole(Strategy):
     name = "whole"
     summary = "the whole vjp_fn runs under torch.func.functionalize iff vmap is active"
+    formula_kinds = ("backward",)
+    formula_kinds_reason = ("it functionalizes the vjp_fn, i.e. the backward pass; a forward-mode "
+                            "formula runs in the forward pass")
     acts_on_builtin_nodes = True
 
     def vjp(self, fn: Callable, *primals: Any):
         out, vjp_fn = torch.func.vjp(fn, *primals)
-        return out, functionalized_when_vmapped(vjp_fn)
+        return out, functionalized_when_vmapped(vjp_fn, self.name)
 
     def grad(self, fn: Callable, argnums: Any = 0) -> Callable:
         """Like ``torch.func.grad`` (scalar output), built on :meth:`vjp`."""

@@ -1,10 +1,11 @@
 """Display helpers shared by the notebooks: tables, a heatmap, verdicts and sources.
 
-Everything here turns *computed* results (``funcbwd.run.matrix.CellResult`` lists and the like) into
-something to look at; nothing here decides an outcome. Text reprs are deterministic (no timings,
-no addresses) so nbval can compare them: a change in library results changes the notebook's
-stored text and fails CI. Rich objects carry both ``_repr_html_``/``_repr_markdown_`` and a
-plain-text ``__repr__``; no IPython import is needed.
+Everything here turns *computed* results (``funcbwd.run.runner.CellResult`` lists and the like)
+into something to look at; nothing here decides an outcome (weighing strategies against each
+other is :mod:`funcbwd.measure.review`; its decision is drawn by :mod:`funcbwd.views.decision`).
+Text reprs are deterministic (no timings, no addresses) so nbval can compare them: a change in
+library results changes the notebook's stored text and fails CI. Rich objects carry both
+``_repr_html_``/``_repr_markdown_`` and a plain-text ``__repr__``; no IPython import is needed.
 """
 
 from __future__ import annotations
@@ -14,21 +15,29 @@ import inspect
 import textwrap
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from funcbwd.measure.review import fallback_names, strategy_score
 from funcbwd.run import matrix
-from funcbwd.run.matrix import REASONS, CellResult
+from funcbwd.run.outcomes import REASONS
+from funcbwd.run.runner import CellResult
+from funcbwd.views import figstyle
 
-STATUS_ORDER = ("pass", "pass_fallback", "mismatch", "fail", "not_applicable")
+STATUS_ORDER = ("pass", "pass_fallback", "pass_unused", "mismatch", "fail", "not_applicable")
 STATUS_LABEL = {
     "pass": "pass",
     "pass_fallback": "pass (slow fallback)",
+    "pass_unused": "pass, mechanism not run",
     "mismatch": "WRONG result",
     "fail": "FAIL",
     "not_applicable": "n/a",
 }
+#: the short text drawn inside a heatmap cell (the same words as the text table)
+STATUS_SHORT = {"pass": "ok", "pass_fallback": "ok+fb", "pass_unused": "ok*", "mismatch": "WRONG",
+                "fail": "FAIL", "not_applicable": "n/a"}
 # Colour-blind-safe-ish traffic light; n/a is grey.
 STATUS_COLOR = {
     "pass": "#1a9850",
     "pass_fallback": "#a6d96a",
+    "pass_unused": "#d9f0d3",
     "mismatch": "#fdae61",
     "fail": "#d73027",
     "not_applicable": "#bdbdbd",
@@ -49,6 +58,7 @@ def setup_notebook(seed: int = 0) -> None:
     # silences them (read lazily at the first profile, so setting it here is in time).
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     pio.renderers.default = "plotly_mimetype"
+    pio.renderers["plotly_mimetype"].config = dict(figstyle.CONFIG)  # toolbar on hover, no logo
     torch.manual_seed(seed)
     # vmap's slow-fallback warning is data (the matrix records it), not noise on stderr.
     warnings.filterwarnings("ignore", message=".*performance drop because we have not yet implemented.*")
@@ -73,15 +83,13 @@ class Rich:
 
 
 # ------------------------------------------------------------------------------ cell summaries
-def fallback_names(ops: Iterable[str]) -> list[str]:
-    """Fallback op names as recorded, without the sentence's trailing period."""
-    return sorted({o.rstrip(".") for o in ops})
-
-
 def cell_kind(cell: Mapping[str, Any]) -> str:
-    """A summarized matrix cell's display status: pass_fallback when vmap needed its slow path."""
+    """A summarized matrix cell's display status: pass_fallback when vmap needed its slow path,
+    pass_unused when it passed without the strategy's mechanism running in every sample."""
     if cell["status"] == "pass" and cell["fallback_ops"]:
         return "pass_fallback"
+    if cell["status"] == "pass" and not cell.get("mechanism_ran", True):
+        return "pass_unused"
     return cell["status"]
 
 
@@ -103,6 +111,8 @@ def cell_hover(cell: Mapping[str, Any]) -> str:
         lines.append("reason: " + html.escape(REASONS.get(cell["reason"], cell["reason"])))
     if cell["fallback_ops"]:
         lines.append("slow fallback for: " + html.escape(", ".join(fallback_names(cell["fallback_ops"]))))
+    if cell.get("mechanism"):
+        lines.append("what ran: " + html.escape(textwrap.shorten(cell["mechanism"], 120)))
     if cell["failing_samples"]:
         lines.append("failing samples: " + html.escape("; ".join(cell["failing_samples"][:4])))
     if cell["message"] and cell["status"] != "pass":
@@ -174,15 +184,16 @@ def _fmt(v: Any) -> str:
 
 # ------------------------------------------------------------------------------ heatmap
 def matrix_heatmap(results: Sequence[CellResult], title: str = "op x scenario x strategy"):
-    """A plotly heatmap: rows op / scenario, columns strategy, colour = status; hover shows the
-    classified failure reason, the fallback ops and the failing samples."""
+    """A plotly heatmap: rows op / scenario, columns strategy, colour = status with a categorical
+    legend (one entry per status shown); hover shows the classified failure reason, what ran,
+    the fallback ops and the failing samples."""
     import plotly.graph_objects as go
 
     summary = matrix.summarize(results)
     ops, scenarios, strategies = _axes(results)
     code = {k: i for i, k in enumerate(STATUS_ORDER)}
     rows = [(op, sc) for op in ops for sc in scenarios]
-    z, text, hover = [], [], []
+    z, text, hover, seen = [], [], [], set()
     for op, sc in rows:
         zr, tr, hr = [], [], []
         for st in strategies:
@@ -190,9 +201,10 @@ def matrix_heatmap(results: Sequence[CellResult], title: str = "op x scenario x 
             if c is None:
                 zr.append(None), tr.append(""), hr.append("not run")
                 continue
-            zr.append(code[cell_kind(c)] + 0.5)  # centre of its colour band
-            tr.append({"pass": "ok", "pass_fallback": "ok+fb", "mismatch": "WRONG",
-                       "fail": "FAIL", "not_applicable": "n/a"}[cell_kind(c)])
+            kind = cell_kind(c)
+            seen.add(kind)
+            zr.append(code[kind] + 0.5)  # centre of its colour band
+            tr.append(STATUS_SHORT[kind])
             hr.append(f"{op} / {sc} / {st}<br>" + cell_hover(c))
         z.append(zr), text.append(tr), hover.append(hr)
     n = len(STATUS_ORDER)
@@ -202,41 +214,27 @@ def matrix_heatmap(results: Sequence[CellResult], title: str = "op x scenario x 
     fig = go.Figure(go.Heatmap(
         z=z, x=strategies, y=[f"{op} · {sc}" for op, sc in rows], text=text,
         texttemplate="%{text}", customdata=hover, hovertemplate="%{customdata}<extra></extra>",
-        colorscale=colorscale, zmin=0, zmax=n, xgap=1, ygap=1,
-        colorbar=dict(tickvals=[i + 0.5 for i in range(n)],
-                      ticktext=[STATUS_LABEL[k] for k in STATUS_ORDER]),
+        colorscale=colorscale, zmin=0, zmax=n, xgap=1, ygap=1, showscale=False, name="cells",
+        showlegend=False,
     ))
-    fig.update_layout(title=title, height=max(300, 22 * len(rows) + 120),
-                      yaxis=dict(autorange="reversed"), margin=dict(l=220, r=20, t=50, b=40))
+    figstyle.status_legend(fig, [k for k in STATUS_ORDER if k in seen], STATUS_LABEL, STATUS_COLOR)
+    figstyle.style(fig, title, x_title="strategy", y_title="op · scenario",
+                   height=max(360, 22 * len(rows) + 230), left=230, legend_title="cell status:",
+                   x_on_top=True,
+                   caption="A cell is one op in one scenario under one strategy, over every sample "
+                           "run: its status is the worst sample's. ok* = passed, but the strategy's "
+                           "own mechanism did not run in every sample (nothing to functionalize there).")
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(type="category")
     return fig
 
 
 # ------------------------------------------------------------------------------ verdicts
 def _by_strategy(results: Sequence[CellResult]) -> dict[str, dict[str, dict[str, Any]]]:
-    summary = matrix.summarize(results)
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for (op, sc, st), cell in summary.items():
+    for (op, sc, st), cell in matrix.summarize(results).items():
         out.setdefault(st, {})[sc] = cell
     return out
-
-
-def strategy_score(cells: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Counts over one strategy's scenarios: passed, applicable, with fallback, failure reasons."""
-    applicable = {sc: c for sc, c in cells.items() if c["status"] != "not_applicable"}
-    passed = [sc for sc, c in applicable.items() if c["status"] == "pass"]
-    fallback = [sc for sc in passed if applicable[sc]["fallback_ops"]]
-    bad = {sc: c for sc, c in applicable.items() if c["status"] != "pass"}
-    return {
-        "passed": len(passed),
-        "applicable": len(applicable),
-        "scenarios": len(cells),
-        "fallback": fallback,
-        "fallback_ops": fallback_names(f for c in applicable.values() for f in c["fallback_ops"]),
-        "failing": sorted(bad),
-        "wrong": sorted(sc for sc, c in bad.items() if c["status"] == "mismatch"),
-        "reasons": sorted({c["reason"] or c["status"] for c in bad.values()}),
-        "not_applicable": sorted(sc for sc, c in cells.items() if c["status"] == "not_applicable"),
-    }
 
 
 def _join(xs: Iterable[str]) -> str:
@@ -335,182 +333,3 @@ def formula_source(op: str) -> Rich:
 
     spec = registry.get_op(op)
     return source(spec.formula, f"{spec.source}; later fixed by {spec.fixed_by}")
-
-
-# ------------------------------------------------------------------------------ recommendation
-#: (criterion, direction, description): "max" means larger is better.
-CRITERIA: tuple[tuple[str, str, str], ...] = (
-    ("coverage", "max", "fraction of applicable matrix cells that pass"),
-    ("fallback_cells", "min", "passing cells that needed vmap's slow per-sample fallback"),
-    ("error_safe", "max", "1 if no state leaks after a failing backward"),
-    ("new_ops", "min", "operators added to the library (FC/BC surface)"),
-    ("overhead_vmap_off", "min", "time ratio vs plain when vmap is off"),
-    ("copies", "min", "extra copies per backward vs builtin"),
-    ("per_op_code", "min", "hand-written lines needed per new formula"),
-)
-
-
-def rank_strategies(evidence: Mapping[str, Mapping[str, Any]],
-                    criteria: Sequence[tuple[str, str, str]] = CRITERIA) -> list[dict[str, Any]]:
-    """Rank strategies lexicographically by ``criteria`` (in order of importance).
-
-    ``evidence`` maps strategy -> {criterion: number or None}; a None (not measured) sorts last
-    for that criterion. Returns rows with the rank and the criterion that decided against the
-    next strategy.
-    """
-    def key(st: str) -> tuple:
-        out = []
-        for name, direction, _ in criteria:
-            v = evidence[st].get(name)
-            if v is None:
-                out.append((1, 0.0))
-            else:
-                out.append((0, -float(v) if direction == "max" else float(v)))
-        return tuple(out)
-
-    order = sorted(evidence, key=lambda st: (key(st), st))
-    rows = []
-    for i, st in enumerate(order):
-        decided = ""
-        if i + 1 < len(order):
-            ka, kb = key(st), key(order[i + 1])
-            for (name, _, _), a, b in zip(criteria, ka, kb):
-                if a != b:
-                    decided = name
-                    break
-        rows.append({"rank": i + 1, "strategy": st, **{c[0]: evidence[st].get(c[0]) for c in criteria},
-                     "ahead_of_next_by": decided})
-    return rows
-
-
-def recommendation(evidence: Mapping[str, Mapping[str, Any]],
-                   criteria: Sequence[tuple[str, str, str]] = CRITERIA,
-                   exclude: Iterable[str] = ("plain", "builtin")) -> Rich:
-    """A recommendation paragraph generated from ranked evidence (reference strategies excluded)."""
-    exclude = set(exclude)
-    ranked = rank_strategies({k: v for k, v in evidence.items() if k not in exclude}, criteria)
-    if not ranked:
-        return Rich("No candidate strategies in the evidence.")
-    best = ranked[0]
-    desc = {c[0]: c[2] for c in criteria}
-    parts = [f"Recommendation: {best['strategy']}."]
-    facts = [f"{name} = {_fmt(best[name])}" for name, _, _ in criteria if best.get(name) is not None]
-    parts.append("It ranks first on the evidence (" + "; ".join(facts) + ").")
-    if len(ranked) > 1:
-        second = ranked[1]
-        parts.append(f"Runner-up: {second['strategy']}; {best['strategy']} is ahead on "
-                     f"{best['ahead_of_next_by'] or 'no criterion (a tie broken by name)'}"
-                     + (f" ({desc[best['ahead_of_next_by']]})." if best["ahead_of_next_by"] else "."))
-    order = " > ".join(r["strategy"] for r in ranked)
-    parts.append(f"Full order: {order}. Criteria, most important first: "
-                 + ", ".join(c[0] for c in criteria) + ".")
-    text = " ".join(parts)
-    return Rich("\n".join(textwrap.wrap(text, 100)), markdown=text)
-
-
-# ------------------------------------------------------------------------------ design-review evidence
-def matrix_evidence(results: Sequence[CellResult]) -> dict[str, dict[str, Any]]:
-    """Per strategy, from matrix results: ``coverage`` (passing / applicable op x scenario cells),
-    ``fallback_cells`` (passing only via vmap's slow loop) and ``nesting`` (scenarios in which
-    every applicable op passes)."""
-    out: dict[str, dict[str, Any]] = {}
-    for st, cells in _by_op_scenario(results).items():
-        applicable = [c for c in cells.values() if c["status"] != "not_applicable"]
-        passed = [c for c in applicable if c["status"] == "pass"]
-        scenarios = sorted({sc for (_, sc) in cells})
-        full = [sc for sc in scenarios
-                if all(c["status"] in ("pass", "not_applicable") for (o, s), c in cells.items() if s == sc)]
-        out[st] = {
-            "coverage": round(len(passed) / len(applicable), 3) if applicable else None,
-            "fallback_cells": sum(bool(c["fallback_ops"]) for c in passed),
-            "nesting": len(full),
-            "nesting_scenarios": full,
-        }
-    return out
-
-
-def _by_op_scenario(results: Sequence[CellResult]) -> dict[str, dict[tuple[str, str], dict[str, Any]]]:
-    out: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
-    for (op, sc, st), cell in matrix.summarize(results).items():
-        out.setdefault(st, {})[(op, sc)] = cell
-    return out
-
-
-def error_safety(strategy: str, scenarios: Sequence[str] = ("vmap_cotangents", "grad_inside_vmap"),
-                 base_exception: Sequence[bool] = (False, True)) -> dict[str, Any]:
-    """Run formulas that raise (``funcbwd.ops.inject``: before the first op, mid-formula, inside the
-    last op, after it; an Exception and a KeyboardInterrupt) under ``strategy`` and compare torch's
-    transform state and the strategy's own bookkeeping before and after.
-
-    The scenario runs directly (not through ``matrix.run``, whose cleanup would hide a leak); a
-    leak found is cleaned up here so the caller's process stays usable.
-    """
-    from funcbwd import internals
-    from funcbwd.ops import inject
-    from funcbwd.run.scenarios import SCENARIOS, Case
-    from funcbwd.strategies import get_strategy
-
-    st = get_strategy(strategy)
-    checked, leaks = 0, []
-    for sc in scenarios:
-        for point in inject.POINTS:
-            for base in base_exception:
-                spec = inject.raising_op(point, base_exception=base)
-                before = (internals.dispatch_state(), st.bookkeeping())
-                try:
-                    SCENARIOS[sc].run(Case(spec, inject.non_square_sample(), st))
-                except BaseException:  # noqa: BLE001 - the point is to raise, including interrupts
-                    pass
-                after = (internals.dispatch_state(), st.bookkeeping())
-                checked += 1
-                if before != after:
-                    leaks.append(f"{sc}/{point}{'/interrupt' if base else ''}: "
-                                 + before[0].describe_difference(after[0]))
-                    internals.restore_stack_depth(before[0].depth)
-    return {"checked": checked, "leaks": leaks, "error_safe": 0 if leaks else 1}
-
-
-def needs_per_op_input(strategy: str, op: str = "diag", field: str = "schema") -> int:
-    """1 if ``strategy`` stops working when ``op``'s hand-written ``field`` is blanked, else 0:
-    a measured answer to "what must be written by hand for each new formula?"."""
-    import dataclasses as dc
-
-    from funcbwd.ops import registry
-
-    spec = registry.get_op(op)
-    blank = dc.replace(spec, name=f"{op}_without_{field}", **{field: ""})
-    sample = next(s for s in spec.samples() if matrix.run(spec, "vmap_cotangents", "plain", s).status == "fail")
-    with_field = matrix.run(spec, "vmap_cotangents", strategy, sample).status
-    without = matrix.run(blank, "vmap_cotangents", strategy, sample).status
-    return int(with_field == "pass" and without != "pass")
-
-
-def new_operators(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
-    """Run ``fn``; return its result and the operators the dispatcher learned meanwhile.
-
-    torch registers some of its own operators lazily (prims, c10d_functional...) on first use of
-    make_fx, functionalize and friends: run a warm-up (:func:`warm_up_strategies`) first so the
-    count is the strategy's own library growth."""
-    from funcbwd import internals
-
-    before = internals.dispatcher_all_op_names()
-    out = fn()
-    return out, sorted(internals.dispatcher_all_op_names() - before)
-
-
-def warm_up_strategies(strategies: Iterable[str], ops: Sequence[str] = ("diag", "prod")) -> None:
-    """Run every scenario once per strategy on throwaway copies of ``ops`` (their own names, so
-    strategies that register or cache per op do so for the copies, not for the measured ops).
-    diag covers the functionalize/make_fx paths; prod the data-dependent one (a failed trace
-    loads more of torch's lazily registered operators)."""
-    import dataclasses as dc
-
-    from funcbwd.ops import registry
-    from funcbwd.run.scenarios import SCENARIO_NAMES
-
-    for op in ops:
-        spec = registry.get_op(op)
-        copy = dc.replace(spec, name=f"{op}_warmup")
-        for st in strategies:
-            for sc in SCENARIO_NAMES:
-                matrix.run(copy, sc, st, spec.sample())

@@ -1,8 +1,16 @@
-"""Charts for "Overhead and copies, measured", built from a :mod:`funcbwd.measure.bench` result.
+"""Charts for "Overhead and copies, measured", built from a bench result.
 
-Every function takes the result dict (``bench.run_bench`` or ``bench.load``) and returns a
-``plotly.graph_objects.Figure``; nothing is displayed or written here, and no figure references a
-CDN (the caller chooses how to embed plotly.js). Figures hold at most a few hundred points.
+Every function takes the result dict (``funcbwd.measure.bench.run_bench`` or
+``funcbwd.measure.bench_results.load``) and returns a ``plotly.graph_objects.Figure``; nothing is
+displayed or written here, and no figure references a CDN (the caller chooses how to embed
+plotly.js). Figures hold at most a few hundred points.
+
+Conventions: ratios are drawn against a labelled reference line (``handfixed = 1.0``: core's
+modern formula through the same machinery, so the distance to it is what functionalizing costs;
+or ``builtin = 1.0``), targets are labelled dotted lines, axes carry units, and a label that
+failed (its correctness check, its capture, its timing) is drawn as a failure: an ``x`` marker
+on the baseline or a note in its panel, with the reason on hover, never as a missing bar that
+reads as zero.
 """
 
 from __future__ import annotations
@@ -13,19 +21,34 @@ from typing import Any, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from funcbwd.measure import bench
 from funcbwd.errors import BadInputError
+from funcbwd.measure import bench_results
+from funcbwd.measure.bench_config import COPY_RULE, NO_STRATEGY, NOOP_HOOK
 
 # One colour per label, stable across charts.
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-            "#7f7f7f", "#bcbd22", "#17becf")
-_ORDER = ("builtin", "plain", "composite", "hooks", "whole", "per_formula", bench.COPY_RULE,
-          "traced", bench.NO_STRATEGY, bench.NOOP_HOOK)
+            "#7f7f7f", "#bcbd22", "#17becf", "#393b79")
+_ORDER = ("builtin", "plain", "composite", "hooks", "whole", "per_formula", COPY_RULE,
+          "traced", NO_STRATEGY, NOOP_HOOK, "handfixed")
+_BATCH_AXIS = "batch size (cotangents per vmap call)"
+#: metric -> (y-axis title, chart title, reference label drawn as the 1.0 line or None,
+#:            [(target value, target label, the input sizes it applies to (None: all))])
 _METRICS = {
-    "ratio_vs_builtin": ("time / builtin under vmap (lower is better)", 1.2),
-    "speedup_vs_loop": ("per-sample loop / vmap (higher is better)", 10.0),
-    "speedup_vs_builtin_loop": ("builtin loop / vmap (higher is better)", 10.0),
+    "ratio_vs_handfixed": ("time / handfixed's (x, lower is better)",
+                           "batched backward time vs handfixed (the cost of functionalizing)",
+                           "handfixed", [(1.1, "target: traced <= 1.1x handfixed (batch >= 8)", None)]),
+    "ratio_vs_builtin": ("time / builtin's (x, lower is better)",
+                         "batched backward time vs builtin (torch's C++ formula)", "builtin",
+                         [(1.2, "target: traced <= 1.2x builtin (batch >= 64)", ("small",)),
+                          (1.0, "target: traced <= 1.0x builtin", ("large",))]),
+    "speedup_vs_loop": ("per-sample loop time / vmap time (x, higher is better)",
+                        "speedup over the per-sample loop", None, [(10.0, "10x the loop", None)]),
+    "speedup_vs_builtin_loop": ("builtin's loop time / vmap time (x, higher is better)",
+                                "speedup over builtin's per-sample loop", None, [(10.0, "10x the loop", None)]),
 }
+_REF_LINE = {"dash": "solid", "color": "#444", "width": 1}
+_TARGET_LINE = {"dash": "dot", "color": "#888", "width": 1}
+_FAIL_MARKER = {"symbol": "x", "size": 11, "line": {"width": 1}}
 
 
 def label_color(label: str) -> str:
@@ -46,20 +69,25 @@ def _grid(n: int, cols: int) -> tuple[int, int]:
     return math.ceil(n / cols), cols
 
 
-def ratio_vs_batch(results: dict[str, Any], size: str = "small", metric: str = "ratio_vs_builtin",
+def ratio_vs_batch(results: dict[str, Any], size: str = "small", metric: str = "ratio_vs_handfixed",
                    ops: Sequence[str] | None = None, cols: int = 3) -> go.Figure:
-    """One panel per op: ``metric`` against batch size, one line per strategy, log-log axes, with
-    the target as a dotted line (1.2x builtin, or 10x the loop)."""
+    """One panel per op: ``metric`` against batch size, one line per label, log-log axes; the
+    metric's reference as a labelled 1.0 line (not a trace), targets as labelled dotted lines,
+    and the labels that failed the correctness check for that op named in the panel."""
     if metric not in _METRICS:
         raise BadInputError(f"unknown metric {metric!r}; valid metrics: {', '.join(_METRICS)}")
-    title, target = _METRICS[metric]
-    rows = [r for r in bench.ratios(results) if r["size"] == size and _finite(r[metric])]
-    if metric != "speedup_vs_builtin_loop":
-        rows = [r for r in rows if not (metric == "ratio_vs_builtin" and r["label"] == "builtin")]
-    names = [op for op in (ops or results["config"]["ops"]) if any(r["op"] == op for r in rows)]
+    y_title, title, ref, all_targets = _METRICS[metric]
+    target_lines = [(v, text) for v, text, sizes in all_targets if sizes is None or size in sizes]
+    # a target at the reference's 1.0 sits on the reference line: one line, both labels
+    ref_text = "; ".join([f"{ref} = 1.0"] + [t for v, t in target_lines if v == 1.0]) if ref else ""
+    rows = [r for r in bench_results.ratios(results) if r["size"] == size and _finite(r[metric])
+            and r["label"] != ref]
+    fails = {(op, lbl): why for (op, s, lbl), why in bench_results.failures(results).items() if s == size}
+    names = [op for op in (ops or results["config"]["ops"])
+             if any(r["op"] == op for r in rows) or any(k[0] == op for k in fails)]
     nrows, ncols = _grid(max(len(names), 1), cols)
     fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=names or ["(no data)"],
-                        horizontal_spacing=0.06, vertical_spacing=0.12)
+                        horizontal_spacing=0.07, vertical_spacing=0.14)
     shown: set[str] = set()
     for i, op in enumerate(names):
         r_i, c_i = i // ncols + 1, i % ncols + 1
@@ -70,86 +98,165 @@ def ratio_vs_batch(results: dict[str, Any], size: str = "small", metric: str = "
                 x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=label,
                 legendgroup=label, showlegend=label not in shown,
                 line={"color": label_color(label)},
-                hovertemplate=f"{op} {label}<br>batch %{{x}}: %{{y:.3g}}<extra></extra>"),
+                hovertemplate=f"{op} {label}<br>batch %{{x}}: %{{y:.3g}}x<extra></extra>"),
                 row=r_i, col=c_i)
             shown.add(label)
-        fig.add_hline(y=target, line={"dash": "dot", "color": "#888", "width": 1}, row=r_i, col=c_i)
-    fig.update_xaxes(type="log", title_text="batch size")
-    fig.update_yaxes(type="log")
-    fig.update_layout(title=f"{title}; {size} inputs", height=280 * nrows + 80,
-                      margin={"l": 50, "r": 20, "t": 80, "b": 40}, legend={"title": "strategy"})
+        first = i == 0
+        if ref:
+            fig.add_hline(y=1.0, line=_REF_LINE, row=r_i, col=c_i,
+                          annotation_text=ref_text if first else None,
+                          annotation_position="bottom right")
+        for value, text in target_lines:
+            if not (ref and value == 1.0):
+                fig.add_hline(y=value, line=_TARGET_LINE, row=r_i, col=c_i,
+                              annotation_text=text if first else None, annotation_position="top left",
+                              annotation_font={"size": 10, "color": "#666"})
+        failed = sorted((lbl, why) for (o, lbl), why in fails.items() if o == op and lbl != ref)
+        if failed:
+            fig.add_annotation(text="failed: " + ", ".join(f"{lbl} ({why})" for lbl, why in failed),
+                               xref="x domain", yref="y domain", x=0.0, y=-0.02, showarrow=False,
+                               xanchor="left", yanchor="top", font={"size": 9, "color": "#b00"},
+                               row=r_i, col=c_i)
+    fig.update_xaxes(type="log", title_text=_BATCH_AXIS)
+    fig.update_yaxes(type="log", title_text=y_title)
+    fig.update_layout(title=f"{title}; {size} inputs", height=300 * nrows + 90,
+                      margin={"l": 60, "r": 20, "t": 80, "b": 50}, legend={"title": "strategy"})
     return fig
 
 
-def copies_chart(results: dict[str, Any], field: str = "extra_copies", vmap: bool = True) -> go.Figure:
-    """Grouped bars per op: copies (or bytes) of each strategy's backward graph beyond builtin's,
-    from ``funcbwd.observe.graphs`` copy accounting; a titled empty figure when that was unavailable."""
+def _bars_with_failures(fig: go.Figure, ops: list[str], label: str, values: dict[str, Any],
+                        failed: dict[str, str], hover: dict[str, str] | None = None) -> None:
+    """A bar per op for ``label``, and an ``x`` on the baseline (same slot) where it failed."""
+    hover = hover or {}
+    fig.add_trace(go.Bar(x=ops, y=[values.get(op) if _finite(values.get(op)) else None for op in ops],
+                         name=label, legendgroup=label, offsetgroup=label, marker_color=label_color(label),
+                         hovertext=[hover.get(op, "") for op in ops]))
+    bad = [op for op in ops if op in failed]
+    if bad:
+        fig.add_trace(go.Scatter(x=bad, y=[0] * len(bad), mode="markers", name=f"{label} failed",
+                                 legendgroup=label, offsetgroup=label, showlegend=False,
+                                 marker={**_FAIL_MARKER, "color": label_color(label)},
+                                 hovertext=[f"{label} failed: {failed[op]}" for op in bad],
+                                 hoverinfo="text"))
+
+
+def _bar_layout(fig: go.Figure, title: str, y_title: str, legend: str = "strategy") -> None:
+    fig.update_layout(barmode="group", scattermode="group", title=title, yaxis_title=y_title,
+                      xaxis_title="op", height=400, margin={"l": 60, "r": 20, "t": 60, "b": 50},
+                      legend={"title": legend})
+
+
+def copies_chart(results: dict[str, Any], field: str = "extra_copy_bytes_vs_handfixed",
+                 vmap: bool = True) -> go.Figure:
+    """Grouped bars per op: copy bytes (or copies) of each label's backward graph beyond
+    handfixed's (or builtin's: ``extra_copy_bytes``), from ``funcbwd.observe.graphs`` copy
+    accounting; a failed capture is an ``x``; a titled empty figure when copies were not run."""
     copies = results.get("copies", {})
     if copies.get("status") != "ok":
         fig = go.Figure()
         fig.update_layout(title=f"copies: {copies.get('status', 'missing')} ({copies.get('reason', '')})")
         return fig
-    rows = [r for r in copies["rows"] if r.get("vmap") == vmap and r["label"] != "builtin"]
+    ref = "handfixed" if field.endswith("_vs_handfixed") else "builtin"
+    rows = [r for r in bench_results.copy_rows(results, vmap) if r["label"] != ref]
     fig = go.Figure()
     ops = list(dict.fromkeys(r["op"] for r in rows))
     for label in _ordered([r["label"] for r in rows]):
-        vals = {r["op"]: r.get(field) for r in rows if r["label"] == label}
-        fig.add_trace(go.Bar(
-            x=ops, y=[vals.get(op) if _finite(vals.get(op)) else None for op in ops], name=label,
-            marker_color=label_color(label),
-            hovertext=[next((r["copy_ops"] or r["error"] or "" for r in rows
-                             if r["op"] == op and r["label"] == label), "") for op in ops]))
-    fig.update_layout(barmode="group", title=f"{field.replace('_', ' ')} vs builtin "
-                      f"({'under vmap' if vmap else 'no vmap'}; blank = failed to capture)",
-                      yaxis_title=field, height=380, margin={"l": 50, "r": 20, "t": 60, "b": 40},
-                      legend={"title": "strategy"})
+        mine = {r["op"]: r for r in rows if r["label"] == label}
+        failed = {op: (r.get("error") or f"{ref} not captured") for op, r in mine.items()
+                  if r.get(field) is None}
+        _bars_with_failures(fig, ops, label, {op: r.get(field) for op, r in mine.items()}, failed,
+                            {op: r.get("copy_ops") or "" for op, r in mine.items()})
+    fig.add_hline(y=0, line=_REF_LINE, annotation_text=f"{ref} = 0 (target for traced vs handfixed)",
+                  annotation_position="top left")
+    unit = "bytes" if "bytes" in field else "copies"
+    _bar_layout(fig, f"{field.replace('_', ' ')} ({'under vmap, batch 4' if vmap else 'no vmap'}; "
+                f"x = failed to capture)", f"{unit} beyond {ref} ({'B' if unit == 'bytes' else 'count'})")
     return fig
 
 
 def memory_chart(results: dict[str, Any], batch: int | None = None, size: str = "large",
-                 field: str = "allocated_vs_builtin") -> go.Figure:
-    """Grouped bars per op: bytes the batched backward allocates (or its peak), relative to builtin."""
-    rows = [r for r in bench.memory_rows(results) if r["size"] == size and r["label"] != "builtin"]
+                 field: str = "allocated_vs_handfixed") -> go.Figure:
+    """Grouped bars per op: bytes the batched backward allocates (or its peak) relative to
+    handfixed (or builtin); an ``x`` where the label failed its correctness check."""
+    ref = "handfixed" if field.endswith("_vs_handfixed") else "builtin"
+    rows = [r for r in bench_results.memory_rows(results) if r["size"] == size and r["label"] != ref]
     batch = batch if batch is not None else max((r["batch"] for r in rows), default=None)
     rows = [r for r in rows if r["batch"] == batch]
     ops = list(dict.fromkeys(r["op"] for r in rows))
+    fails = bench_results.failures(results)
     fig = go.Figure()
-    for label in _ordered([r["label"] for r in rows]):
+    labels = _ordered([r["label"] for r in rows] + [k[2] for k in fails if k[0] in ops and k[1] == size
+                                                    and k[2] != ref])
+    for label in labels:
         vals = {r["op"]: r[field] for r in rows if r["label"] == label}
-        fig.add_trace(go.Bar(x=ops, y=[vals.get(op) if _finite(vals.get(op)) else None for op in ops],
-                             name=label, marker_color=label_color(label)))
-    fig.add_hline(y=1.0, line={"dash": "dot", "color": "#888", "width": 1})
-    fig.update_layout(barmode="group", title=f"{field.replace('_', ' ')} (batched backward, "
-                      f"batch {batch}, {size} inputs; torch.profiler memory events)",
-                      height=380, margin={"l": 50, "r": 20, "t": 60, "b": 40}, legend={"title": "strategy"})
+        failed = {op: fails[(op, size, label)] for op in ops if (op, size, label) in fails}
+        _bars_with_failures(fig, ops, label, vals, failed)
+    fig.add_hline(y=1.0, line=_REF_LINE, annotation_text=f"{ref} = 1.0", annotation_position="top left")
+    kind = "peak live bytes" if field.startswith("peak") else "bytes allocated"
+    _bar_layout(fig, f"{kind} by the batched backward vs {ref} (batch {batch}, {size} inputs; "
+                "torch.profiler memory events; x = failed)", f"{kind} / {ref}'s (x)")
     return fig
 
 
 def overhead_chart(results: dict[str, Any], field: str = "us_per_node_vs_none") -> go.Figure:
     """Grouped bars per op: the cost when vmap is off, microseconds per backward node over no
-    strategy; the no-op Python hook is the floor a hook-based approach cannot beat."""
-    rows = [r for r in bench.overhead_rows(results) if r["label"] != bench.NO_STRATEGY]
-    ops = list(dict.fromkeys(r["op"] for r in rows))
+    strategy; the no-op Python hook is the floor a hook-based approach cannot beat; an ``x``
+    where the strategy could not build or run the graph."""
+    rows = [r for r in bench_results.overhead_rows(results) if r["label"] != NO_STRATEGY]
+    errors = {(r["op"], r["label"]): r["error"] for r in results.get("overhead", []) if r.get("error")}
+    ops = list(dict.fromkeys([r["op"] for r in rows] + [k[0] for k in errors]))
     fig = go.Figure()
-    for label in _ordered([r["label"] for r in rows]):
+    for label in _ordered([r["label"] for r in rows] + [k[1] for k in errors]):
         vals = {r["op"]: r for r in rows if r["label"] == label}
-        fig.add_trace(go.Bar(
-            x=ops, y=[vals[op][field] if op in vals and _finite(vals[op][field]) else None for op in ops],
-            name=label, marker_color=label_color(label),
-            hovertext=[f"ratio {vals[op]['ratio_vs_none']:.3g}, noise (IQR/median) "
-                       f"{vals[op]['rel_iqr']:.2g}" if op in vals else "" for op in ops]))
-    fig.update_layout(barmode="group", title="vmap off: plain torch.autograd.grad, us per node over "
-                      "no strategy", yaxis_title="us per node", height=380,
-                      margin={"l": 50, "r": 20, "t": 60, "b": 40}, legend={"title": "installed"})
+        _bars_with_failures(
+            fig, ops, label, {op: r[field] for op, r in vals.items()},
+            {op: why for (op, lbl), why in errors.items() if lbl == label},
+            {op: f"ratio {r['ratio_vs_none']:.3g}, noise (IQR/median) {r['rel_iqr']:.2g}"
+             for op, r in vals.items()})
+    fig.add_hline(y=0, line=_REF_LINE, annotation_text="no strategy = 0", annotation_position="top left")
+    _bar_layout(fig, "vmap off: plain torch.autograd.grad, cost per backward node over no strategy "
+                "(x = failed)", "time per node over no strategy (us)", legend="installed")
+    # Explain values below zero where they are drawn: beyond the run's noise (IQR per node) only
+    # builtin / handfixed are expected there, since they run another formula than the baseline.
+    base = {r["op"]: r for r in bench_results.overhead_rows(results) if r["label"] == NO_STRATEGY}
+
+    def spread(r: dict) -> float:
+        return r["rel_iqr"] * r["median_s"] / r["nodes"] * 1e6
+
+    def noise(r: dict) -> float:  # the two series' spreads added: a difference of two medians
+        if field != "us_per_node_vs_none":
+            return 0.0
+        return spread(r) + (spread(base[r["op"]]) if r["op"] in base else 0.0)
+
+    below = sorted({r["label"] for r in rows if _finite(r[field]) and r[field] < -noise(r)})
+    if any(_finite(r[field]) and r[field] < 0 for r in rows):
+        from funcbwd.views import figstyle
+
+        expected = [x for x in below if x in ("builtin", "handfixed")]
+        other = [x for x in below if x not in expected]
+        figstyle.add_caption(fig, " ".join(filter(None, [
+            "Below zero = faster than the baseline, which runs the legacy formula as a Python "
+            "autograd.Function with no strategy.",
+            f"{', '.join(expected)}: below it beyond the run's noise, as expected: builtin runs "
+            "torch's C++ formula and handfixed the modern one instead of the legacy formula."
+            if expected else "",
+            f"{', '.join(other)}: below it beyond the run's noise, not explained by the strategy."
+            if other else "",
+            "Every other bar below zero is within the run's noise (hover: IQR/median)."])))
     return fig
 
 
 def all_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
-    """The section's charts by name (for the report and the notebook)."""
-    return {
+    """The section's charts by name (for the report and the notebook); the ``_large`` ratio
+    charts only when the run measured large inputs."""
+    figs = {
+        "ratio_vs_handfixed": ratio_vs_batch(results, "small", "ratio_vs_handfixed"),
         "ratio_vs_builtin": ratio_vs_batch(results, "small", "ratio_vs_builtin"),
         "speedup_vs_loop": ratio_vs_batch(results, "small", "speedup_vs_loop"),
-        "copies": copies_chart(results),
-        "memory": memory_chart(results),
-        "overhead": overhead_chart(results),
     }
+    if "large" in results["config"].get("sizes", ()):
+        figs["ratio_vs_handfixed_large"] = ratio_vs_batch(results, "large", "ratio_vs_handfixed")
+        figs["ratio_vs_builtin_large"] = ratio_vs_batch(results, "large", "ratio_vs_builtin")
+    figs.update(copies=copies_chart(results), memory=memory_chart(results),
+                overhead=overhead_chart(results))
+    return figs

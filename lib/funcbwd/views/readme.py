@@ -1,46 +1,37 @@
-"""The README's generated sections: the strategies table comes from a saved matrix run
-(``data/matrix-test-ops.json``), never typed by hand; ``tests/test_readme.py`` checks both that
-the README matches the file and that the file matches a fresh run."""
+"""The README's generated sections (markdown rendering only): the strategies table comes from a
+saved matrix run (``data/matrix-test-ops.json`` in the repository, written and read by
+:mod:`funcbwd.run.records`), never typed by hand; ``tests/test_readme.py`` checks both that the
+README matches the file and that the file matches a fresh run
+(:func:`funcbwd.run.matrix.run_test_ops`).
+
+Rendering only: the README and the data files are the repository's, so their paths are the
+repository tool's (``tools/update_readme.py``), never computed from where this module sits."""
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Sequence
 
 from funcbwd.run import matrix
-from funcbwd.ops.registry import TEST_OPS
-from funcbwd.run.matrix import CellResult
+from funcbwd.run.runner import CellResult
 from funcbwd.strategies import get_strategy
 
-ROOT = Path(__file__).resolve().parents[3]
-MATRIX_FILE = ROOT / "data" / "matrix-test-ops.json"
-README = ROOT / "README.md"
+#: the saved results the README's blocks are rendered from, in the repository's ``data/``
+MATRIX_FILE_NAME = "matrix-test-ops.json"
+BENCH_FILE_NAME = "bench-quick.json"
+EVIDENCE_FILE_NAME = "review-evidence.json"  # funcbwd.measure.review.EVIDENCE_FILE
 
 
-def run_test_ops_matrix() -> list[CellResult]:
-    return matrix.run_matrix(TEST_OPS, None, None)
+def decision_markdown(evidence) -> str:
+    """The README's ``decision`` block: :func:`funcbwd.measure.review.decision` of the saved
+    evidence, rendered by :func:`funcbwd.views.decision.markdown` (the same block as the
+    notebooks and the report show)."""
+    from funcbwd.measure import review
+    from funcbwd.views import decision
 
-
-def stable_records(results: Sequence[CellResult]) -> list[dict]:
-    """Records without the volatile timing, for saving and comparing runs."""
-    out = []
-    for r in results:
-        rec = r.record()
-        rec.pop("seconds")
-        out.append(rec)
-    return out
-
-
-def save(results: Sequence[CellResult], path: Path = MATRIX_FILE) -> None:
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(stable_records(results), indent=1) + "\n")
-
-
-def load(path: Path = MATRIX_FILE) -> list[CellResult]:
-    return matrix.from_records(json.loads(path.read_text()))
+    return decision.markdown(review.decision(evidence))
 
 
 def strategies_markdown(results: Sequence[CellResult]) -> str:
@@ -84,45 +75,61 @@ def block(text: str, name: str) -> str:
     return m.group(1).rstrip("\n")
 
 
-BENCH_FILE = ROOT / "data" / "bench-quick.json"
+def _x(v, digits: int = 2) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}x"
 
 
-def bench_markdown(results: dict) -> str:
-    """The headline ratios of a saved bench run, with the command that reproduces them."""
-    from funcbwd.measure import bench
+def bench_markdown(results: dict, source: str = f"data/{BENCH_FILE_NAME}") -> str:
+    """The saved bench run as the README's block: per op the best strategy with its worst ratios
+    vs handfixed and vs builtin (small and large inputs, batch >= 64) and its speedup over the
+    per-sample loop; the targets, met or missed with their numbers; the hooks claim; and the
+    command that reproduces it (``source``: the saved run's path as the README names it).
+    Everything computed by ``funcbwd.measure.bench_results``."""
+    from funcbwd.measure import bench_results, bench_text
 
-    h = bench.headline(results)
+    h = bench_results.headline(results)
     sizes = results["config"]["sizes"]
-    large = bench.headline(results, size="large")["per_op"] if "large" in sizes else {}
+    large = bench_results.headline(results, size="large")["per_op"] if "large" in sizes else {}
     env = results["environment"]
-    lines = ["| op | best strategy (small inputs) | worst ratio vs builtin, batch >= 64 | speedup vs "
-             "per-sample loop | best at large inputs: ratio vs builtin |",
-             "|---|---|---|---|---|"]
+    lines = ["| op | best strategy | vs handfixed, small | vs builtin, small | vs handfixed, large "
+             "| vs builtin, large | speedup vs per-sample loop |",
+             "|---|---|---|---|---|---|---|"]
     for op, row in h["per_op"].items():
         if not row.get("best"):
+            lines.append(f"| {op} | none passed | | | | | |")
             continue
         big = large.get(op, {})
-        big_text = f"`{big['best']}` {big['worst_ratio_vs_builtin']:.2f}x" if big.get("best") else "n/a"
-        lines.append(f"| {op} | `{row['best']}` | {row['worst_ratio_vs_builtin']:.2f}x "
-                     f"| {row['min_speedup_vs_loop']:.0f}x | {big_text} |")
-    hooks = h.get("hooks_us_per_node_vs_noop_hook") or {}
-    bodies = h.get("hook_bodies_us_per_node_vs_noop") or {}
+        same = big.get("all", {}).get(row["best"], {})
+        note = ""
+        if big.get("best") and big["best"] != row["best"]:
+            note = f" (best at large: `{big['best']}` {_x(big['worst_ratio_vs_handfixed'])})"
+        lines.append(f"| {op} | `{row['best']}` | {_x(row['worst_ratio_vs_handfixed'])} "
+                     f"| {_x(row['worst_ratio_vs_builtin'])} "
+                     f"| {_x(same.get('worst_ratio_vs_handfixed'))}{note} "
+                     f"| {_x(same.get('worst_ratio_vs_builtin'))} | {_x(row['min_speedup_vs_loop'], 0)} |")
     lines.append("")
-    lines.append(f"_From `{BENCH_FILE.relative_to(ROOT)}` (torch {env['torch']}, "
-                 f"{env['cpu_count']} cores, {env['torch_num_threads_used']} torch thread; ratios of "
-                 "medians measured in one run). Reproduce: `python -m funcbwd bench --quick --out "
-                 "data/bench-quick.json`; full run: `python -m funcbwd bench --out data/bench-full.json`._")
-    if hooks or bodies:
+    lines.append("Ratios are each op's worst case over batch sizes >= 64 (lower is better); "
+                 "`handfixed` is core's modern out-of-place formula run in Python through the same "
+                 "machinery, so `x handfixed` is what functionalizing costs and `x builtin` adds the "
+                 "cost of running a formula in Python at all.")
+    lines.append("")
+    lines.append("Targets (computed from the same run):")
+    lines.append("")
+    for t in bench_results.targets(results):
+        lines.append(f"- {bench_text.target_line(t)}")
+    lines.append("")
+    claim = bench_results.hooks_claim_result(results)
+    if claim["status"] == "ok":
+        lines.append("`hooks` with vmap off, per node over a no-op Python hook (paired samples on "
+                     "one graph, alternating):")
         lines.append("")
-        lines.append(f"`hooks` with vmap off: {_fmt_us(hooks)} per node over a no-op Python hook end to "
-                     f"end; the hook bodies alone: {_fmt_us(bodies)} per node over no-op bodies.")
+        lines += [f"- {bench_text.hooks_claim_line(g)}" for g in claim["graphs"]]
+    else:
+        lines.append(f"`hooks` with vmap off: not measured ({claim.get('reason')}).")
+    lines.append("")
+    lines.append(f"_From `{source}` (config `{results['config']['name']}`, "
+                 f"torch {env['torch']}, {env['cpu_count']} cores, {env['torch_num_threads_used']} "
+                 f"torch thread, {results.get('elapsed_s')} s; ratios of medians measured in one run "
+                 "on a shared machine). Reproduce: `python -m funcbwd bench --quick --out "
+                 "data/bench-quick.json`; full run: `python -m funcbwd bench --out data/bench-full.json`._")
     return "\n".join(lines)
-
-
-def _fmt_us(v) -> str:
-    if isinstance(v, dict):
-        noise = v.get("median_noise_us_per_node")
-        v = v.get("median_over_ops")
-        if v is not None and noise is not None:
-            return f"{v:.1f} us (run noise {noise:.0f} us)"
-    return "n/a" if v is None else f"{v:.2f} us"

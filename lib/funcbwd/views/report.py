@@ -1,53 +1,56 @@
 """``python -m funcbwd report``: the workbench's views in ONE self-contained static HTML file.
 
-For readers without Jupyter (or without a network): the matrix (table + heatmap), a verdict per
-op, dispatch-key traces, graph diffs, bench charts, the OpInfo coverage and the design review,
-all computed by the library when the report is built (bench and coverage from their saved JSON
-results, which take minutes to produce). plotly.js is embedded inline exactly once and every
+For readers without Jupyter (or without a network): first the decision (which strategy, and why:
+:mod:`funcbwd.views.decision` of the saved review evidence, checked against this report's own
+matrix), then the matrix (table + heatmap), a verdict per op, dispatch-key traces, graph diffs,
+bench charts and the OpInfo coverage, all computed by the library when the report is built
+(bench, coverage and review evidence from their saved JSON results, which take minutes to
+produce). Laid out for a 1280 px screen: long lines wrap instead of widening the page. plotly.js is embedded inline exactly once and every
 figure reuses it; nothing references a CDN or any other URL, so the file opens offline.
 
+Saved results are read from an explicit directory (``build_report(data_dir=...)``; the CLI's
+``--data DIR``, :mod:`funcbwd.cli.report`), never from a checkout the library happens to sit in.
 A section whose module or data file is missing shows a visible note instead; a section that
-raises shows the error and makes the command exit 1.
+raises shows the error (and ``python -m funcbwd report`` exits 1).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import html
-import os
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from funcbwd.ops import registry
-from funcbwd.run import matrix
+from funcbwd.run import matrix, outcomes, runner
 from funcbwd.errors import parse_names
 from funcbwd.run.scenarios import SCENARIO_NAMES
 from funcbwd.strategies import available
 from funcbwd.errors import first_line
+from funcbwd.views import figstyle
 
-ROOT = Path(__file__).resolve().parents[3]
-BENCH_JSON = ROOT / "data" / "bench-quick.json"
-COVERAGE_JSON = ROOT / "data" / "coverage-default.json"
+#: saved results read from the data directory (written by the bench and coverage commands)
+BENCH_FILE = "bench-quick.json"
+COVERAGE_FILE = "coverage-all.json.gz"
 #: the strategy whose trace and graph the report contrasts with the legacy formula (plain)
 FIX_STRATEGY = "per_formula"
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#222}
 header{background:#243447;color:#fff;padding:16px 28px}header h1{margin:0 0 4px;font-size:22px}
-header p{margin:2px 0;color:#cfd8e3}main{padding:8px 28px 40px;max-width:1400px}
+header p{margin:2px 0;color:#cfd8e3}
+main{padding:8px 28px 40px;max-width:1400px;box-sizing:border-box}
 nav ol{columns:2;max-width:700px}section{border-top:1px solid #ddd;margin-top:24px}
-h2{margin:18px 0 8px}h3{margin:16px 0 6px}table{border-collapse:collapse;font-size:12px}
-td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}thead th{background:#eee}
-pre{background:#f6f8fa;padding:8px;overflow:auto;font-size:12px}
+h2{margin:18px 0 8px}h3{margin:16px 0 6px}table{border-collapse:collapse;font-size:12px;max-width:100%}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;overflow-wrap:anywhere}thead th{background:#eee}
+pre{background:#f6f8fa;padding:8px;overflow:auto;font-size:12px;max-width:100%}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:6px 10px;margin:8px 0}
 .error{background:#fdecea;border-left:4px solid #d73027;padding:6px 10px;margin:8px 0}
 details{margin:6px 0}summary{cursor:pointer;font-weight:600}
-.verdict{margin:6px 0 12px}.figure{margin:8px 0}
+.verdict{margin:6px 0 12px}.figure{margin:8px 0;max-width:100%}
 """
 
 
@@ -62,7 +65,7 @@ class FigureEmbedder:
     def __call__(self, fig: Any) -> str:
         self.count += 1
         body = fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False,
-                           div_id=f"funcbwd-fig-{self.count}", config={"displaylogo": False})
+                           div_id=f"funcbwd-fig-{self.count}", config=dict(figstyle.CONFIG))
         return f'<div class="figure">{body}</div>'
 
     def script(self) -> str:
@@ -102,16 +105,31 @@ class Context:
     strategies: list[str]
     samples: str
     figure: FigureEmbedder
-    results: list[matrix.CellResult] = dataclasses.field(default_factory=list)
+    #: the directory of saved results (bench-quick.json, coverage-all.json.gz)
+    data_dir: Path
+    results: list[runner.CellResult] = dataclasses.field(default_factory=list)
+
+    def data_file(self, name: str) -> Path:
+        return Path(self.data_dir) / name
+
+
+def shown(path: Path) -> str:
+    """``path`` as a reader should see it: relative to the current directory when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def matrix_section(ctx: Context) -> str:
+    from funcbwd.measure import review
     from funcbwd.views import display
-    parts = [f"<p>{len(ctx.results)} cells ({ctx.samples} samples): "
+    basis = review.basis_text(review.basis(ctx.results))
+    parts = [f"<p>Cells over {html.escape(basis)}. Sample runs by status: "
              + html.escape(", ".join(f"{s} {sum(r.status == s for r in ctx.results)}"
-                                     for s in matrix.STATUSES)) + ".</p>",
-             display.matrix_table(ctx.results, caption="op x scenario rows, strategy columns; "
-                                  "hover a cell for the reason").html_text,
+                                     for s in outcomes.STATUSES)) + ".</p>",
+             display.matrix_table(ctx.results, caption="op x scenario rows, strategy columns (each "
+                                  "cell: its worst sample); hover a cell for the reason").html_text,
              ctx.figure(display.matrix_heatmap(ctx.results)),
              "<details><summary>the same matrix as text</summary>"
              + _pre(matrix.format_table(ctx.results)) + "</details>"]
@@ -119,9 +137,12 @@ def matrix_section(ctx: Context) -> str:
 
 
 def verdict_section(ctx: Context) -> str:
+    from funcbwd.measure import review
     from funcbwd.views import display
-    return "\n".join(f'<div class="verdict"><b>{html.escape(op)}.</b> '
-                     f"{html.escape(display.verdict_text(op, ctx.results))}</div>" for op in ctx.ops)
+    intro = (f"<p>Counts of scenarios (cells) per op, over "
+             f"{html.escape(review.basis_text(review.basis(ctx.results)))}.</p>")
+    return intro + "\n".join(f'<div class="verdict"><b>{html.escape(op)}.</b> '
+                             f"{html.escape(display.verdict_text(op, ctx.results))}</div>" for op in ctx.ops)
 
 
 def _trace_scenario(ctx: Context, op: str) -> str:
@@ -140,7 +161,7 @@ def trace_section(ctx: Context) -> str:
         for st in [s for s in ("plain", FIX_STRATEGY) if s in ctx.strategies] or ctx.strategies[:1]:
             tr = trace.trace(op, st, sc)
             parts.append(f"<details><summary>{html.escape(f'{op} / {st} / {sc}: {tr.status}')}"
-                         f"</summary>{tr.html()}</details>")
+                         f"</summary>{tr.html_fragment()}</details>")
     return "\n".join(parts)
 
 
@@ -155,97 +176,128 @@ def graph_section(ctx: Context) -> str:
 
 
 def bench_section(ctx: Context) -> str:
-    from funcbwd.measure import bench
+    from funcbwd.measure import bench_results, bench_text
     from funcbwd.views import plots
-    if not BENCH_JSON.exists():
-        raise Missing(f"no saved bench results at {BENCH_JSON.relative_to(ROOT)} "
-                      "(produce them with: python -m funcbwd bench --out data/bench-quick.json)")
-    results = bench.load(str(BENCH_JSON))
-    parts = [f"<p>From {html.escape(str(BENCH_JSON.relative_to(ROOT)))}; times only as ratios "
+    path = ctx.data_file(BENCH_FILE)
+    if not path.exists():
+        raise Missing(f"no saved bench results at {shown(path)} (produce them with: python -m "
+                      f"funcbwd bench --quick --out {shown(path)}, or pass --data DIR)")
+    results = bench_results.load(str(path))
+    parts = [f"<p>From {html.escape(shown(path))}; times only as ratios "
              "(same machine, same run).</p>"]
-    parts.append(_pre(bench.format_headline(bench.headline(results))))
+    parts.append(_pre(bench_text.format_summary(results)))
     for name, fig in plots.all_figures(results).items():
         parts.append(f"<h3>{html.escape(name)}</h3>" + ctx.figure(fig))
     return "\n".join(parts)
 
 
 def coverage_section(ctx: Context) -> str:
-    from funcbwd.measure import coverage
-    if not COVERAGE_JSON.exists():
-        raise Missing(f"no saved coverage sweep at {COVERAGE_JSON.relative_to(ROOT)} "
-                      "(produce it with: python -m funcbwd coverage --out data/coverage-default.json)")
-    records = coverage.load(str(COVERAGE_JSON))
-    return "\n".join([
-        f"<p>{len(records)} records from {html.escape(str(COVERAGE_JSON.relative_to(ROOT)))}.</p>",
-        _pre(coverage.format_summary(coverage.summarize(records))),
-        ctx.figure(coverage.summary_figure(records)),
-        "<details><summary>per-op table</summary>" + coverage.table_html(records) + "</details>",
-    ])
+    """The OpInfo sweep from its saved file: what was run (meta), regressions against builtin
+    (the target with the scoped batching rules is none), fixes, slow fallbacks, the per-op cost
+    of functionalizing every backward (when the sweep ran with --cost), and the per-op table."""
+    from funcbwd.measure import coverage_cost, coverage_summary
 
-
-CANDIDATES = ("composite", "hooks", "whole", "per_formula", "traced")
-
-
-def design_evidence(ctx: Context) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """The design-review criteria, measured with the same library calls as
-    notebooks/design_review (without a saved bench run the timing criterion stays None = not
-    measured, which ranks last). Returns (evidence, criterion -> how it was measured)."""
-    from funcbwd.observe import graphs
-    from funcbwd.views import display
-
-    cands = [st for st in CANDIDATES if st in ctx.strategies]
-    evidence = {st: dict(e) for st, e in display.matrix_evidence(ctx.results).items() if st in cands}
-    how = {"coverage": "matrix above", "fallback_cells": "matrix above",
-           "error_safe": "display.error_safety (formulas raising mid-backward)",
-           "copies": "graphs.copy_table (vmap, extra copies over builtin)",
-           "per_op_code": "display.needs_per_op_input (diag without its schema)"}
-    rows = graphs.copy_table(ops=ctx.ops, vmap=True)
-    for st in cands:
-        evidence[st]["error_safe"] = display.error_safety(st)["error_safe"]
-        form = graphs.STRATEGY_FORMS.get(st)
-        evidence[st]["copies"] = sum(r["extra_copies"] for r in rows
-                                     if r["form"] == form and r["extra_copies"] is not None)
-        evidence[st]["per_op_code"] = display.needs_per_op_input(st)
-    if BENCH_JSON.exists():
-        from funcbwd.measure import bench
-
-        rows = bench.overhead_rows(bench.load(str(BENCH_JSON)))
-        for st in cands:
-            ratios = [r["ratio_vs_none"] for r in rows if r["label"] == st]
-            evidence[st]["overhead_vmap_off"] = round(sum(ratios) / len(ratios), 2) if ratios else None
-        how["overhead_vmap_off"] = f"{BENCH_JSON.relative_to(ROOT)} (bench.overhead_rows)"
-    return evidence, how
-
-
-def design_section(ctx: Context) -> str:
-    from funcbwd.views import display
-    evidence, how = design_evidence(ctx)
-    if not evidence:
-        raise Missing("none of the candidate strategies (" + ", ".join(CANDIDATES) + ") was run")
-    criteria = [c for c in display.CRITERIA if c[0] in how]
-    unmeasured = [c[0] for c in display.CRITERIA if c[0] not in how]
-    rows = display.rank_strategies(evidence, criteria)
-    parts = ["<p>The candidate strategies ranked lexicographically on evidence computed for this "
-             f"report's ops ({html.escape(', '.join(ctx.ops))}), criteria most important first:</p><ul>"
-             + "".join(f"<li><b>{html.escape(c[0])}</b>: {html.escape(c[2])}; from "
-                       f"{html.escape(how[c[0]])}</li>" for c in criteria) + "</ul>",
-             display.records_table(rows, columns=["rank", "strategy", *(c[0] for c in criteria),
-                                                   "ahead_of_next_by"]).html_text,
-             "<p>" + html.escape(display.recommendation(evidence, criteria).text.replace("\n", " ")) + "</p>"]
-    if unmeasured:
-        parts.append(_note("Not measured in this report (see notebooks/design_review for the full "
-                           "evidence): " + ", ".join(unmeasured) + "."))
+    path = ctx.data_file(COVERAGE_FILE)
+    if not path.exists():
+        raise Missing(f"no saved coverage sweep at {shown(path)} (produce it with: python -m "
+                      f"funcbwd coverage --all-samples --workers 2 --cost --out {shown(path)}, or pass --data DIR)")
+    records = coverage_summary.load(str(path))
+    meta = coverage_summary.load_meta(str(path))
+    costs = coverage_summary.load_cost(str(path))
+    summary = coverage_summary.summarize(records)
+    ran = ", ".join(f"{k}={meta[k]}" for k in ("ops", "strategies", "all_samples", "max_in_dims",
+                                                "budget_s", "batch", "rules", "wall_seconds")
+                    if k in meta)
+    parts = [f"<p>{len(records)} records from {html.escape(shown(path))} ({html.escape(ran)}).</p>",
+             f"<p><b>{len(summary['regressions'])} regressions</b> (builtin passes, a functionalizing "
+             f"strategy fails) and {len(summary['fixes'])} fixes.</p>",
+             _pre(coverage_summary.format_summary(summary)),
+             ctx.figure(coverage_summary.summary_figure(records))]
+    if costs:
+        parts += [_pre(coverage_cost.format_cost(coverage_cost.summarize_cost(costs))),
+                  ctx.figure(coverage_cost.cost_figure(costs))]
+    rows = coverage_summary.differing(records)
+    parts.append(f"<details><summary>the {len(coverage_summary.by_key(rows))} op x sample rows "
+                 f"where some strategy does not simply pass (of {len(coverage_summary.by_key(records))})"
+                 "</summary>" + coverage_summary.table_html(rows) + "</details>")
     return "\n".join(parts)
 
 
+def _agreement(ctx: Context, evidence: Any) -> str:
+    """Whether this report's own matrix run agrees with the saved evidence's counts (only when it
+    ran on the same basis: every sample of the same ops and scenarios)."""
+    from funcbwd.measure import review
+
+    mine = review.basis(ctx.results)
+    same = (mine["samples"] == evidence.basis["samples"] == "all" and mine["ops"] == evidence.basis["ops"]
+            and mine["scenarios"] == evidence.basis["scenarios"])
+    if not same:
+        return (f"<p>This report ran {html.escape(review.basis_text(mine))}, not the evidence's basis, "
+                "so its matrix below is not compared with the evidence.</p>")
+    counts = review.matrix_evidence(ctx.results)
+    keys = ("fixes", "plain_failures", "wrong", "no_fallback", "applicable")
+    diffs = [f"{st}.{k}: report {counts[st][k]} vs evidence {evidence.strategies[st].get(k)}"
+             for st in counts if st in evidence.strategies for k in keys
+             if counts[st][k] != evidence.strategies[st].get(k)]
+    if diffs:
+        return _note("This report's own matrix run DISAGREES with the saved evidence (regenerate it "
+                     "with python tools/update_readme.py): " + "; ".join(diffs), "error")
+    return (f"<p>This report's own matrix run (below) agrees with the saved evidence on every count "
+            f"({len(counts)} strategies x {len(keys)} counts).</p>")
+
+
+def decision_section(ctx: Context) -> str:
+    """The decision block (:mod:`funcbwd.views.decision`) from the saved evidence in the data
+    directory, checked against this report's own matrix; without saved evidence, computed from
+    this report's run (its basis stated)."""
+    from funcbwd.measure import review
+    from funcbwd.views import decision as dv
+
+    path = ctx.data_file(review.EVIDENCE_FILE)
+    if path.exists():
+        evidence = review.load_evidence(path)
+        origin = (f"<p>From {html.escape(shown(path))} (written by tools/update_readme.py).</p>"
+                  + _agreement(ctx, evidence))
+    else:
+        bench_path = ctx.data_file(BENCH_FILE)
+        bench = None
+        if bench_path.exists():
+            from funcbwd.measure import bench_results
+
+            bench = bench_results.load(str(bench_path))
+        if not any(st in ctx.strategies for st in review.CANDIDATES):
+            raise Missing(f"no saved evidence at {shown(path)} and none of the candidate strategies ("
+                          + ", ".join(review.CANDIDATES) + ") was run")
+        evidence = review.collect_evidence(ctx.results, bench, bench_source=shown(bench_path))
+        origin = (f"<p>No saved evidence at {html.escape(shown(path))}: computed from this report's "
+                  "own run and the live probes.</p>")
+    d = review.decision(evidence)
+    return "\n".join([dv.html_block(d), origin, ctx.figure(dv.chart(d))])
+
+
+def live_section(ctx: Context) -> str:
+    """Today's hand-written branches: the deletable-branches table from its saved file."""
+    import json
+
+    from funcbwd.views import live
+
+    path = ctx.data_file(live.LIVE_FILE_NAME)
+    if not path.exists():
+        raise Missing(f"no saved deletable-branches table at {shown(path)} (produce it with: "
+                      f"{live.COMMAND}, or pass --data DIR)")
+    return live.html_block(json.loads(path.read_text()))
+
+
 SECTIONS: tuple[tuple[str, str, Callable[[Context], str]], ...] = (
+    ("decision", "Decision: which strategy, and why", decision_section),
+    ("live", "Today's hand-written branches: which would generic functionalization delete?",
+     live_section),
     ("matrix", "Matrix: op x scenario x strategy", matrix_section),
     ("verdicts", "Verdicts per op", verdict_section),
     ("traces", "Dispatch-key traces", trace_section),
     ("graphs", "Graph diffs", graph_section),
     ("bench", "Overhead and copies (bench charts)", bench_section),
     ("coverage", "OpInfo coverage", coverage_section),
-    ("design", "Design review", design_section),
 )
 
 
@@ -275,8 +327,11 @@ def render(ctx: Context, sections: Sequence[Section], seconds: float) -> str:
 
     toc = "".join(f'<li><a href="#{s.id}">{html.escape(s.title)}</a>'
                   + ("" if s.status == "ok" else f" ({s.status})") + "</li>" for s in sections)
-    body = "\n".join(f'<section id="{s.id}" data-status="{s.status}"><h2>{html.escape(s.title)}</h2>'
-                     f"\n{s.body}\n</section>" for s in sections)
+    shown_sections = [f'<section id="{s.id}" data-status="{s.status}"><h2>{html.escape(s.title)}</h2>'
+                      f"\n{s.body}\n</section>" for s in sections]
+    # The decision opens the page (before the contents); the other sections follow the contents.
+    first = shown_sections[0] if sections and sections[0].id == "decision" else ""
+    body = "\n".join(shown_sections[1:] if first else shown_sections)
     meta = (f"torch {torch.__version__}, Python {platform.python_version()}; "
             f"ops: {', '.join(ctx.ops)}; strategies: {', '.join(ctx.strategies)}; "
             f"{len(ctx.scenarios)} scenarios; {ctx.samples} samples; built in {seconds:.0f} s on "
@@ -291,7 +346,7 @@ def render(ctx: Context, sections: Sequence[Section], seconds: float) -> str:
 <p>{html.escape(meta)}</p>
 <p>Every result below was computed by the funcbwd library when this file was built
 (bench and coverage from their saved results). Self-contained: opens offline.</p></header>
-<main><nav><h2>Contents</h2><ol>{toc}</ol></nav>
+<main>{first}<nav><h2>Contents</h2><ol>{toc}</ol></nav>
 {body}
 </main></body></html>
 """
@@ -299,44 +354,21 @@ def render(ctx: Context, sections: Sequence[Section], seconds: float) -> str:
 
 def build_report(ops: str | Sequence[str] | None = None, *, quick: bool = False,
                  scenarios: str | Sequence[str] | None = None,
-                 strategies: str | Sequence[str] | None = None,
+                 strategies: str | Sequence[str] | None = None, data_dir: str | Path,
                  progress: Callable[[str], None] | None = None) -> tuple[str, list[Section]]:
-    """The report's HTML and its sections (default ops: the 8 test ops of functorch#241)."""
+    """The report's HTML and its sections (default ops: the 8 test ops of functorch#241).
+
+    ``data_dir``: the directory holding the saved bench and coverage results (a section whose
+    file is absent there shows a note)."""
     start = time.perf_counter()
     ctx = Context(ops=parse_names("op", ops if ops is not None else list(registry.TEST_OPS),
                                   registry.op_names()),
                   scenarios=parse_names("scenario", scenarios, SCENARIO_NAMES),
                   strategies=parse_names("strategy", strategies, available()),
-                  samples="first" if quick else "all", figure=FigureEmbedder())
+                  samples="first" if quick else "all", figure=FigureEmbedder(),
+                  data_dir=Path(data_dir))
     ctx.results = matrix.run_matrix(ctx.ops, ctx.scenarios, ctx.strategies, samples=ctx.samples)
     if progress:
         progress(f"matrix: {len(ctx.results)} cells ({time.perf_counter() - start:.1f} s)")
     sections = build_sections(ctx, progress)
     return render(ctx, sections, time.perf_counter() - start), sections
-
-
-# ------------------------------------------------------------------------------ CLI
-def configure_report(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="report.html", help="HTML file to write (default report.html)")
-    p.add_argument("--ops", default=None,
-                   help="comma-separated ops (default: the 8 test ops; see `python -m funcbwd ops`)")
-    p.add_argument("--scenarios", default=None, help="comma-separated scenarios (default all)")
-    p.add_argument("--strategies", default=None, help="comma-separated strategies (default all)")
-    p.add_argument("--quick", action="store_true", help="only the first sample of each op")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-
-
-def main_report(args: argparse.Namespace) -> int:
-    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    page, sections = build_report(args.ops, quick=args.quick, scenarios=args.scenarios,
-                                  strategies=args.strategies, progress=progress)
-    out = Path(args.out)
-    if out.parent and not out.parent.exists():
-        out.parent.mkdir(parents=True)
-    out.write_text(page, encoding="utf-8")
-    missing = [s.id for s in sections if s.status == "missing"]
-    errors = [s.id for s in sections if s.status == "error"]
-    print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB)"
-          + (f"; sections without data or module: {', '.join(missing)}" if missing else "")
-          + (f"; FAILED sections: {', '.join(errors)}" if errors else ""))
-    return 1 if errors else 0

@@ -3,9 +3,14 @@
 Every view is updated *in place*: HTML widgets get a new ``.value`` and the chart is a
 ``go.FigureWidget`` updated inside ``batch_update``. Nothing re-renders into an
 ``ipywidgets.Output`` (that made nbclient hang in ~20% of executions, see jupyter-notes.md).
-Cells come from ``funcbwd.run.matrix.run`` (cached per op/sample/scenario/strategy), traces from
+Cells come from ``funcbwd.run.runner.run`` (cached per op/sample/scenario/strategy), traces from
 ``funcbwd.observe.trace.trace`` and graph diffs from ``funcbwd.observe.graphs``; a view whose module is missing
 says so instead of failing.
+
+Opened without a kernel (a stored notebook, nbviewer, an untrusted notebook in JupyterLab), a
+widget cannot render: the explorer's output then carries a static HTML snapshot of its current
+view (:meth:`Explorer.snapshot_html`, inline styles only, so sanitizers keep it) saying "run this
+cell to interact", instead of the widget's raw text repr. With a kernel the live widget wins.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ import html
 from typing import Any, Callable, Sequence
 
 from funcbwd.ops import registry
-from funcbwd.run import matrix
-from funcbwd.views import display
-from funcbwd.run.matrix import CellResult
+from funcbwd.run import matrix, runner
+from funcbwd.views import display, figstyle
+from funcbwd.run.runner import CellResult
 from funcbwd.run.scenarios import SCENARIO_NAMES
 from funcbwd.strategies import available
 from funcbwd.errors import first_line
@@ -28,7 +33,7 @@ def _trace_html(op: str, strategy: str, scenario: str) -> str:
     except ImportError:
         return "<i>funcbwd.observe.trace is not available in this checkout.</i>"
     try:
-        return trace.trace(op, strategy, scenario).html()
+        return trace.trace(op, strategy, scenario).html_fragment()
     except Exception as e:  # noqa: BLE001 - the view shows why there is no trace
         return f"<i>no trace: {html.escape(type(e).__name__)}: {html.escape(first_line(str(e)))}</i>"
 
@@ -77,13 +82,17 @@ class Explorer:
         self.status = w.HTML()
         self.trace = w.HTML()
         self.graph = w.HTML()
-        self.figure = go.FigureWidget(
-            data=[go.Bar(x=self.strategies, y=[0] * len(self.strategies), marker_color="#bdbdbd",
-                         hovertemplate="%{x}: %{customdata}<extra></extra>",
-                         customdata=[""] * len(self.strategies))],
-            layout=dict(height=280, margin=dict(l=50, r=10, t=40, b=40),
-                        yaxis=dict(title="samples passed", range=[0, 1.05], tickformat=".0%")),
-        )
+        self.figure = go.FigureWidget(data=[go.Bar(
+            x=self.strategies, y=[0] * len(self.strategies), marker_color="#bdbdbd", cliponaxis=False,
+            text=[""] * len(self.strategies), textposition="outside", showlegend=False,
+            hovertemplate="%{x}: %{customdata}<extra></extra>", customdata=[""] * len(self.strategies))])
+        figstyle.status_legend(self.figure, display.STATUS_ORDER, display.STATUS_LABEL, display.STATUS_COLOR)
+        figstyle.style(self.figure, "", x_title="strategy", y_title="samples passed [%]", height=330,
+                       legend_title="status:",
+                       caption="Bar: share of this cell's samples that match the per-sample loop; "
+                               "the label names the cell's status (a FAIL at 0% has no bar).")
+        self.figure.update_yaxes(range=[0, 1.18], tickformat=".0%")
+        self.figure.update_xaxes(type="category")
         for dd in (self.op, self.strategy, self.scenario):
             dd.observe(self._on_change, names="value")
         self.widget = w.VBox([
@@ -98,7 +107,7 @@ class Explorer:
         """The results for one cell: given ones, else run (first sample) and cache."""
         key = (op, scenario, strategy)
         if key not in self._cells:
-            self._cells[key] = [matrix.run(op, scenario, strategy)]
+            self._cells[key] = [runner.run(op, scenario, strategy)]
         return self._cells[key]
 
     def summary(self, op: str, scenario: str, strategy: str) -> dict[str, Any]:
@@ -112,7 +121,7 @@ class Explorer:
         op, st, sc = self.op.value, self.strategy.value, self.scenario.value
         cell = self.summary(op, sc, st)
         kind = display.cell_kind(cell)
-        self.status.value = (f'<div style="padding:4px;background:{display.STATUS_COLOR[kind]}">'
+        self.status.value = (f'<div style="padding:4px;background-color:{display.STATUS_COLOR[kind]}">'
                              f"<b>{html.escape(op)} / {html.escape(st)} / {html.escape(sc)}</b>: "
                              f"{display.cell_hover(cell)}</div>")
         summaries = [self.summary(op, sc, s) for s in self.strategies]
@@ -122,9 +131,45 @@ class Explorer:
             bar.marker.color = [display.STATUS_COLOR[display.cell_kind(c)] for c in summaries]
             bar.marker.line = dict(width=[3 if s == st else 0 for s in self.strategies], color="black")
             bar.customdata = [display.cell_text(c) for c in summaries]
-            self.figure.layout.title = f"{op} / {sc}: every strategy (selected: {st})"
+            bar.text = [display.STATUS_SHORT[display.cell_kind(c)] + f" {c['passed']}/{c['total']}"
+                        for c in summaries]
+            bar.textfont = dict(color=[display.STATUS_COLOR["fail"] if c["status"] in ("fail", "mismatch")
+                                       else "#333" for c in summaries])
+            self.figure.layout.title.text = self.title()
         self.trace.value = self._trace_view(op, st, sc)
         self.graph.value = self._graph_view(op, st, sc)
+
+    def title(self) -> str:
+        return (f"{self.op.value} / {self.scenario.value}: every strategy "
+                f"(selected: {self.strategy.value})")
+
+    def snapshot_html(self) -> str:
+        """The current view as static HTML (what a reader sees without a kernel): the status line,
+        every strategy's status on the chosen op and scenario as bars, and the graph diff; the
+        trace is left to the live explorer (it is long)."""
+        op, st, sc = self.op.value, self.strategy.value, self.scenario.value
+        rows = []
+        for s in self.strategies:
+            c = self.summary(op, sc, s)
+            kind = display.cell_kind(c)
+            share = c["passed"] / c["total"] if c["total"] else 0.0
+            mark = "font-weight:700;" if s == st else ""
+            text = display.cell_text(c) + ("" if c["status"] in ("fail", "mismatch")
+                                           else f" ({c['passed']}/{c['total']} samples)")
+            rows.append(
+                f'<tr><td style="{mark}padding:1px 8px 1px 0;white-space:nowrap;text-align:left">'
+                f'{html.escape(s)}</td><td style="padding:1px 0;width:55%"><div style="background-color:'
+                f'{display.STATUS_COLOR[kind]};width:{max(share * 100, 1.5):.0f}%;height:14px"></div></td>'
+                f'<td style="padding:1px 8px;text-align:left">{html.escape(text)}</td></tr>')
+        return (
+            '<div class="funcbwd-explorer-static" style="border:1px dashed #888;padding:6px 10px;max-width:100%">'
+            '<div style="background-color:#fff8e1;padding:4px 8px;margin-bottom:6px"><b>Static snapshot</b> '
+            "of the explorer's first view: run this cell (with a kernel) to interact with the "
+            "op / strategy / scenario dropdowns.</div>"
+            f"{self.status.value}"
+            f"<div style=\"margin:6px 0 2px;font-weight:600\">{html.escape(self.title())}</div>"
+            f'<table style="border-collapse:collapse;font-size:12px;width:100%">{"".join(rows)}</table>'
+            f"<details><summary>graph diff</summary>{self.graph.value}</details></div>")
 
     def select(self, op: str | None = None, strategy: str | None = None,
                scenario: str | None = None) -> "Explorer":
@@ -135,4 +180,10 @@ class Explorer:
         return self
 
     def _repr_mimebundle_(self, **kwargs: Any):
-        return self.widget._repr_mimebundle_(**kwargs)
+        """The live widget, plus the static snapshot as text/html for renderers without a
+        kernel or widget manager (which would otherwise show the widget's text repr)."""
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        bundle["text/html"] = self.snapshot_html()
+        bundle["text/plain"] = (f"funcbwd explorer ({self.title()}); run this cell with a kernel "
+                                "to interact")
+        return bundle

@@ -1,0 +1,28 @@
+"""``python -m funcbwd ops``: the op catalog, one block per registered op."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "list the op catalog (name, legacy source, fix, samples)"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--group", default=None,
+                   help="only this group: test (the 8 ops of functorch#241), extended, "
+                        "negative_control, live (today's core sites; opt-in: not listed by "
+                        "default), or any group a plugin registers")
+
+
+def main(args: argparse.Namespace) -> int:
+    from funcbwd.errors import check_name
+    from funcbwd.ops import registry
+
+    if args.group is not None:
+        check_name("group", args.group, registry.groups())
+    for spec in registry.all_ops(args.group):
+        print(f"{spec.name}  [{spec.group}]")
+        print(f"  legacy: {spec.source}")
+        print(f"  fixed by: {spec.fixed_by}")
+        print(f"  samples: {'; '.join(s.name for s in spec.samples())}")
+    return 0

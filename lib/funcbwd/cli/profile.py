@@ -1,0 +1,39 @@
+"""``python -m funcbwd profile``: where one cell's batched backward spends its time."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "where one batched backward's time goes: funcbwd Python, vmap, aten kernels"
+
+
+def epilog() -> str:
+    from funcbwd.ops import registry
+    from funcbwd.strategies import available
+
+    return ("Times vmap(vjp_fn)(cotangents) for one op under one strategy, then splits the time "
+            "with cProfile (funcbwd's own Python) and torch.profiler (kernels, vmap dispatch, "
+            "vmap's per-sample fallback); see funcbwd.measure.profile for the method and its "
+            f"limits.\nstrategies: {', '.join(available())}\nops: {', '.join(registry.op_names())}")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.epilog = epilog  # computed only if help is printed (funcbwd.cli.Parser)
+    p.add_argument("op", help="op name (python -m funcbwd ops lists them)")
+    p.add_argument("--strategy", default="traced", help="strategy (default traced)")
+    p.add_argument("--batch", type=int, default=64, help="vmap batch size (default 64)")
+    p.add_argument("--sample", default=None, help="sample name (default: the op's first sample)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from funcbwd.measure.profile import format_table, profile
+
+    b = profile(args.op, args.strategy, batch=args.batch, sample=args.sample)
+    sys.stdout.write(format_table(b) + "\n")
+    return 0
+
+
+# the names the brief for this command asked for
+configure_profile = configure
+main_profile = main

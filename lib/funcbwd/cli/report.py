@@ -1,0 +1,54 @@
+"""``python -m funcbwd report``: the workbench's views in one self-contained HTML file.
+
+Saved results (bench, coverage) are read from ``--data DIR``: default ``$FUNCBWD_DATA`` if set,
+else ``./data`` of the current directory (in a checkout, its ``data/``). The installed library
+never looks for a checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+HELP = "one self-contained HTML report (no Jupyter, no network)"
+#: environment variable naming the directory of saved results (``--data``'s default)
+DATA_ENV = "FUNCBWD_DATA"
+
+
+def default_data_dir() -> Path:
+    """``$FUNCBWD_DATA`` if set, else ``./data`` of the current directory."""
+    return Path(os.environ.get(DATA_ENV) or Path.cwd() / "data")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="report.html", help="HTML file to write (default report.html)")
+    p.add_argument("--ops", default=None,
+                   help="comma-separated ops (default: the 8 test ops; see `python -m funcbwd ops`)")
+    p.add_argument("--scenarios", default=None, help="comma-separated scenarios (default all)")
+    p.add_argument("--strategies", default=None, help="comma-separated strategies (default all)")
+    p.add_argument("--quick", action="store_true", help="only the first sample of each op")
+    p.add_argument("--data", default=None, metavar="DIR",
+                   help=f"directory of saved results (bench-quick.json, coverage-all.json.gz); "
+                        f"default ${DATA_ENV} if set, else ./data")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def main(args: argparse.Namespace) -> int:
+    from funcbwd.views.report import build_report
+
+    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    data_dir = Path(args.data) if args.data else default_data_dir()
+    page, sections = build_report(args.ops, quick=args.quick, scenarios=args.scenarios,
+                                  strategies=args.strategies, data_dir=data_dir, progress=progress)
+    out = Path(args.out)
+    if out.parent and not out.parent.exists():
+        out.parent.mkdir(parents=True)
+    out.write_text(page, encoding="utf-8")
+    missing = [s.id for s in sections if s.status == "missing"]
+    errors = [s.id for s in sections if s.status == "error"]
+    print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB)"
+          + (f"; sections without data or module: {', '.join(missing)}" if missing else "")
+          + (f"; FAILED sections: {', '.join(errors)}" if errors else ""))
+    return 1 if errors else 0

@@ -1,0 +1,347 @@
+"""Formula graphs: a legacy backward formula as FX graphs, once per signature, checked.
+
+The machinery the ``traced`` strategy runs and the graph views (:mod:`funcbwd.observe.graphs`)
+show, in one place:
+
+* **signatures** (:func:`positional_key`, :func:`flatten_args`): what identifies one graph: every
+  tensor arg's logical shape, strides, dtype and device, and every other arg's type and value
+  (non-tensor args are baked into the graph). :func:`positional_key` is the per-call fast path
+  for formulas whose args are tensors, scalars and flat lists of scalars (every catalog formula);
+  anything nested goes through a pytree flatten;
+* **tracing** (:func:`trace_formula`): ``make_fx(torch.func.functionalize(formula))`` with fake
+  tensors of the signature's logical shapes and strides, outside any transform (the caller may be
+  a backward running under vmap). Data-dependent formulas (``.item()``, ``nonzero``) raise;
+* **the graph pair** (:func:`build`): the functionalized graph and a copy with
+  :func:`funcbwd.fx.elide.elide_copies` applied, and :func:`check_elision` comparing the two once
+  on seeded random inputs of the signature: output values (NaN-equal, exact), shapes, dtypes and
+  strides. A pair that differs (or an elided graph that raises) keeps the un-elided graph, with
+  the reason in :attr:`FormulaGraph.refusal`. The chosen graph is compiled once into a plain
+  function (:func:`funcbwd.fx.codegen.compile_graph`).
+
+Check inputs: floating tensors are random normal; integer and bool tensors (indices, masks) must
+stay valid for the formula, so they take the real arg's values when it is a plain tensor and zeros
+when it is wrapped by a transform (a batched index under ``vmap_all_args``): zeros are valid
+indices and masks, but a weaker test of index handling. One seeded draw, not a proof: the graphs'
+layout decisions are made on the signature's metadata, so one draw per signature exercises them.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils import _pytree as pytree
+
+from funcbwd import internals
+from funcbwd.errors import first_line
+from funcbwd.fx import codegen, elide
+
+#: (shape, strides, dtype, device) of one tensor arg
+TensorSpec = tuple
+
+_SCALARS = frozenset({int, bool, str, type(None), complex, torch.dtype, torch.device,
+                      torch.memory_format, torch.layout})
+_LIST_ITEMS = _SCALARS | {float}
+_INTS = frozenset({int})
+
+
+def tensor_spec(t: torch.Tensor) -> TensorSpec:
+    return (tuple(t.shape), t.stride(), t.dtype, t.device)
+
+
+# ------------------------------------------------------------------------------ signatures
+def _scalar_key(v: Any) -> Any:
+    # float by its bits: nan matches nan and -0.0 is not 0.0 (both are baked into the graph)
+    return v.hex() if type(v) is float else v
+
+
+def positional_key(args: Sequence[Any]) -> tuple | None:
+    """Signature key of flat positional args (tensors, scalars, flat lists of scalars), or None
+    when an arg is anything else (then use :func:`flatten_args`). The type is part of the key:
+    ``True``, ``1`` and ``1.0`` hash alike but trace differently. Runs on every call: no pytree."""
+    key = []
+    for a in args:
+        t = type(a)
+        if t is torch.Tensor:
+            key.append((a.shape, a.stride(), a.dtype, a.device))
+        elif t in _SCALARS:
+            key.append((t, a))
+        elif t is list or t is tuple or t is torch.Size:
+            types = frozenset(map(type, a))
+            if types <= _INTS:  # sizes, dims: the common case
+                key.append((t, tuple(a)))
+            elif types <= _LIST_ITEMS:
+                key.append((t, tuple(map(type, a)), tuple(map(_scalar_key, a))))
+            else:
+                return None
+        elif t is float:
+            key.append((t, a.hex()))
+        elif isinstance(a, torch.Tensor):
+            key.append((a.shape, a.stride(), a.dtype, a.device))
+        else:
+            return None
+    return tuple(key)
+
+
+def tensor_positions(args: Sequence[Any]) -> list[int]:
+    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+
+
+@dataclasses.dataclass(frozen=True)
+class FlatArgs:
+    """A formula's args split into tensor leaves (graph inputs) and everything else (baked in)."""
+
+    tensors: tuple[torch.Tensor, ...]
+    key: tuple
+    rebuild: Callable[[tuple], tuple]
+
+
+def _const_key(v: Any) -> tuple:
+    try:
+        hash(v)
+    except TypeError:
+        return (type(v).__name__, repr(v))
+    return (type(v).__name__, _scalar_key(v))
+
+
+def flatten_args(args: tuple) -> FlatArgs:
+    """Split ``args`` (any pytree); the key identifies one traced graph (as :func:`positional_key`)."""
+    leaves, spec = pytree.tree_flatten(args)
+    tpos = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    key = (str(spec),) + tuple(
+        ("T",) + tensor_spec(leaf) if isinstance(leaf, torch.Tensor) else _const_key(leaf)
+        for leaf in leaves)
+
+    def rebuild(tensors: tuple) -> tuple:
+        full = list(leaves)
+        for p, t in zip(tpos, tensors):
+            full[p] = t
+        return pytree.tree_unflatten(full, spec)
+
+    return FlatArgs(tuple(leaves[i] for i in tpos), key, rebuild)
+
+
+# ------------------------------------------------------------------------------ tracing
+def _storage_for(shape: Sequence[int], stride: Sequence[int]) -> int:
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((s - 1) * st for s, st in zip(shape, stride))
+
+
+def blank(spec: TensorSpec, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A plain tensor of ``spec``'s shape and strides (also overlapping ones, e.g. stride 0) over
+    a storage of zeros, or of random normal values drawn from ``generator``."""
+    shape, stride, dtype, device = spec
+    n = _storage_for(shape, stride)
+    if generator is None:
+        storage = torch.zeros(n, dtype=dtype, device=device)
+    else:
+        storage = torch.randn(n, generator=generator, dtype=dtype).to(device)
+    return storage.as_strided(shape, stride)
+
+
+def trace_formula(formula: Callable[..., Any], args: tuple, *, functionalize: bool = True,
+                  elide_copies: bool = False) -> torch.fx.GraphModule:
+    """make_fx graph of ``formula(*args)`` taking the tensor args (pytree order) as inputs: fake
+    tensors of their logical shapes and strides, traced outside any transform. Raises if the
+    formula is data-dependent."""
+    flat = flatten_args(args)
+    specs = [tensor_spec(t) for t in flat.tensors]  # logical, read before leaving the transforms
+
+    def flat_formula(*tensors: torch.Tensor) -> Any:
+        return formula(*flat.rebuild(tensors))
+
+    fn = torch.func.functionalize(flat_formula) if functionalize else flat_formula
+    with internals.cleared_functorch_state():
+        gm = make_fx(fn, tracing_mode="fake")(*[blank(s) for s in specs])
+    if elide_copies:
+        elide.elide_copies(gm)
+    return gm
+
+
+# ------------------------------------------------------------------------------ the elision check
+@dataclasses.dataclass(frozen=True)
+class ElisionCheck:
+    """The once-per-signature comparison of the elided graph with the un-elided one."""
+
+    ok: bool
+    detail: str
+
+
+def check_inputs(tensors: Sequence[torch.Tensor], seed: int = 0) -> list[torch.Tensor]:
+    """Plain inputs of ``tensors``' signature (see the module docstring for the values)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for t in tensors:
+        spec = tensor_spec(t)
+        if t.is_floating_point() or t.is_complex():
+            out.append(blank(spec, gen))
+            continue
+        real = t.detach().clone() if internals.is_plain_tensor(t) else None
+        out.append(real if real is not None and real.stride() == spec[1] else blank(spec))
+    return out
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"tensor{tuple(value.shape)} {value.dtype} strides {value.stride()}"
+    return type(value).__name__
+
+
+def compare_outputs(want: Any, got: Any) -> str:
+    """'' if ``got`` equals ``want`` in structure, shapes, dtypes, strides and values (exact,
+    NaN-equal), else the first difference."""
+    wl, ws = pytree.tree_flatten(want)
+    gl, gs = pytree.tree_flatten(got)
+    if ws != gs:
+        return f"output structure {gs} != {ws}"
+    for i, (w, g) in enumerate(zip(wl, gl)):
+        if isinstance(w, torch.Tensor) != isinstance(g, torch.Tensor):
+            return f"output {i}: {_describe(g)} != {_describe(w)}"
+        if not isinstance(w, torch.Tensor):
+            if w != g:
+                return f"output {i}: {g!r} != {w!r}"
+            continue
+        if (w.shape, w.dtype, w.stride()) != (g.shape, g.dtype, g.stride()):
+            return f"output {i}: {_describe(g)} != {_describe(w)}"
+        try:
+            torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+        except AssertionError as e:
+            return f"output {i}: values differ ({first_line(str(e))})"
+    return ""
+
+
+def check_elision(unelided: Callable[..., Any], elided: Callable[..., Any],
+                  tensors: Sequence[torch.Tensor], seed: int = 0) -> ElisionCheck:
+    """Run both graphs on :func:`check_inputs` of ``tensors`` (outside any transform)."""
+    with internals.cleared_functorch_state(), torch.no_grad():
+        inputs = check_inputs(tensors, seed)
+        try:
+            want = unelided(*inputs)
+        except Exception as e:  # noqa: BLE001 - cannot compare: refuse rather than trust
+            return ElisionCheck(False, f"inconclusive: the un-elided graph raised "
+                                       f"{type(e).__name__}: {first_line(str(e))}")
+        try:
+            got = elided(*inputs)
+        except Exception as e:  # noqa: BLE001 - the elision broke the graph
+            return ElisionCheck(False, f"the elided graph raised {type(e).__name__}: "
+                                       f"{first_line(str(e))}")
+        diff = compare_outputs(want, got)
+    return ElisionCheck(not diff, diff or f"elided graph matches on seeded inputs (seed {seed})")
+
+
+# ------------------------------------------------------------------------------ the graph pair
+@dataclasses.dataclass
+class FormulaGraph:
+    """One signature of one formula: both graphs, what elision did, and what runs.
+
+    ``run(args)`` takes the formula's args tuple (positional) and computes ``graph``."""
+
+    functionalized: torch.fx.GraphModule
+    elided: torch.fx.GraphModule
+    report: elide.ElisionReport
+    check: ElisionCheck
+    run: Callable[[Sequence[Any]], Any]
+    label: str
+    #: True if ``run`` calls the ops' public bindings (verified equivalent), False: the overloads
+    bindings: bool = False
+
+    @property
+    def refusal(self) -> str | None:
+        """Why the elided graph was refused (the un-elided one runs), or None."""
+        return None if self.check.ok else self.check.detail
+
+    @property
+    def graph(self) -> torch.fx.GraphModule:
+        """The graph ``run`` computes."""
+        return self.elided if self.check.ok else self.functionalized
+
+
+def graph_signature(gm: torch.fx.GraphModule) -> list[tuple]:
+    """The graph's calls in order, (kind, target, args with nodes as indices): equal for two
+    graphs that run the same ops on the same arguments, whatever their nodes are named."""
+    index: dict[torch.fx.Node, int] = {}
+    out = []
+    for i, node in enumerate(gm.graph.nodes):
+        index[node] = i
+        args = pytree.tree_map(lambda a: ("node", index[a]) if isinstance(a, torch.fx.Node) else a,
+                               (tuple(node.args), dict(node.kwargs)))
+        out.append((node.op, None if node.op in ("placeholder", "get_attr") else node.target, args))
+    return out
+
+
+def bindings_equivalent(gm: torch.fx.GraphModule, specs: Sequence[TensorSpec]) -> bool:
+    """Does ``gm`` compiled with public bindings call exactly ``gm``'s ops (overloads, arguments,
+    order)? The bindings variant is re-traced with make_fx on fake inputs of ``specs`` and its
+    :func:`graph_signature` compared with ``gm``'s."""
+    if not codegen.has_bindings(gm):
+        return False
+    run = codegen.compile_graph(gm, range(len(specs)), bindings=True)
+    try:
+        with internals.cleared_functorch_state():
+            traced = make_fx(lambda *ts: run(ts), tracing_mode="fake")(*[blank(s) for s in specs])
+    except Exception:  # noqa: BLE001 - a binding that cannot even be traced is not equivalent
+        return False
+    return graph_signature(traced) == graph_signature(gm)
+
+
+def _runner(gm: torch.fx.GraphModule, args: Sequence[Any], specs: Sequence[TensorSpec], name: str
+            ) -> tuple[Callable, bool]:
+    bindings = bindings_equivalent(gm, specs)
+    if positional_key(args) is not None:
+        return codegen.compile_graph(gm, tensor_positions(args), name, bindings), bindings
+    inner = codegen.compile_graph(gm, range(len(specs)), name, bindings)
+    return (lambda a: inner(flatten_args(tuple(a)).tensors)), bindings
+
+
+def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "formula",
+          check: bool = True) -> FormulaGraph:
+    """Trace ``formula`` for ``args``' signature, elide its copies on a copy of the graph, check
+    the pair (unless nothing was elided or ``check`` is False) and compile the chosen graph.
+    Raises what tracing raises (a data-dependent formula)."""
+    args = tuple(args)
+    functionalized = trace_formula(formula, args)
+    elided = copy.deepcopy(functionalized)
+    report = elide.elide_copies(elided)
+    tensors = flatten_args(args).tensors
+    if not report.count:
+        result = ElisionCheck(True, "nothing elided")
+    elif not check:
+        result = ElisionCheck(True, "not checked")
+    else:
+        result = check_elision(functionalized, elided, tensors)
+    chosen = elided if result.ok else functionalized
+    label = f"{name}{signature_text(args)}{'' if result.ok else ' un-elided'}"
+    run, bindings = _runner(chosen, args, [tensor_spec(t) for t in tensors], label)
+    return FormulaGraph(functionalized, elided, report, result, run, label, bindings)
+
+
+def signature_text(args: Sequence[Any], limit: int = 80) -> str:
+    """Short text of a signature: tensors by shape and dtype, other args by value, e.g.
+    ``[(3,)f32, [3, 5], 1]`` (strides are part of the key, not of this label)."""
+    parts = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            dtype = str(a.dtype).removeprefix("torch.").replace("float", "f").replace("int", "i")
+            parts.append(f"{str(tuple(a.shape)).replace(' ', '')}{dtype}")
+        else:
+            parts.append(repr(a))
+    text = ", ".join(parts)
+    return " [" + (text if len(text) <= limit else text[:limit - 3] + "...") + "]"
+
+
+def formula_args_for(op, sample, grads: tuple | None = None) -> tuple:
+    """The args of ``op``'s formula (an OpSpec) for ``sample``: the forward's outputs and (by
+    default) ones cotangents; ones tangents of the differentiable args for a jvp-kind op (its
+    formula is a forward-mode rule, which takes tangents)."""
+    with torch.no_grad():
+        outs = op.outputs_tuple(op.torch_op(*sample.args))
+    if grads is None and getattr(op, "kind", "backward") == "jvp":
+        grads = tuple(torch.ones_like(sample.args[p]) for p in sample.diff)
+    if grads is None:
+        grads = tuple(torch.ones_like(outs[i]) for i in op.diff_outputs)
+    return op.formula_args(sample.args, outs, grads)

@@ -1,0 +1,70 @@
+"""What each strategy fixes over ``plain``, computed from cells (the single source for the
+README, notebooks and report).
+
+Cells are op x scenario over all samples (the worst status wins, :func:`funcbwd.run.matrix.
+summarize`). For each strategy a cell is exactly one of:
+
+* ``fixes``: ``plain`` fails (fail or mismatch) and the strategy passes with its mechanism ran
+  in every sample;
+* ``also_plain``: the strategy passes with its mechanism ran, and ``plain`` passes too (no evidence
+  the mechanism was needed);
+* ``without_mechanism``: the strategy passes but its mechanism did not run in every sample (it
+  passed on the plain path: no evidence for the strategy at all);
+* ``not_passing``: the strategy fails or mismatches;
+* ``no_plain``: the strategy passes with its mechanism but ``plain`` has no applicable result.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from funcbwd.run.matrix import passed_without_mechanism, summarize
+from funcbwd.run.runner import CellResult
+
+KINDS = ("fixes", "also_plain", "without_mechanism", "not_passing", "no_plain")
+
+
+def fixes_over_plain(results: Sequence[CellResult]) -> dict[str, dict[str, list[tuple[str, str]]]]:
+    """strategy -> kind (:data:`KINDS`) -> sorted (op, scenario) cells; not-applicable cells are
+    in no kind."""
+    summary = summarize(results)
+    strategies = list(dict.fromkeys(r.strategy for r in results))
+    out: dict[str, dict[str, list[tuple[str, str]]]] = {st: {k: [] for k in KINDS} for st in strategies}
+    for (op, sc, st), cell in summary.items():
+        plain = summary.get((op, sc, "plain"), {"status": "not_applicable"})["status"]
+        if cell["status"] == "not_applicable":
+            continue
+        if cell["status"] != "pass":
+            kind = "not_passing"
+        elif passed_without_mechanism(cell):
+            kind = "without_mechanism"
+        elif plain == "pass":
+            kind = "also_plain"
+        elif plain in ("fail", "mismatch"):
+            kind = "fixes"
+        else:
+            kind = "no_plain"
+        out[st][kind].append((op, sc))
+    for kinds in out.values():
+        for cells in kinds.values():
+            cells.sort()
+    return out
+
+
+def counts(results: Sequence[CellResult]) -> dict[str, dict[str, int]]:
+    """strategy -> kind -> number of cells."""
+    return {st: {k: len(v) for k, v in kinds.items()} for st, kinds in fixes_over_plain(results).items()}
+
+
+def format_fixes(results: Sequence[CellResult]) -> str:
+    """One line per strategy: the counts of :func:`fixes_over_plain`, for under the matrix table."""
+    rows: list[Any] = [["strategy", "fixes over plain", "passes plain also passes",
+                        "passes without its mechanism", "not passing"]]
+    for st, c in counts(results).items():
+        rows.append([st, str(c["fixes"]), str(c["also_plain"]), str(c["without_mechanism"]),
+                     str(c["not_passing"])])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return ("What each strategy fixes over plain, in cells (op x scenario, worst over samples); a fix "
+            "is a pass with the strategy's mechanism ran where plain fails:\n" + "\n".join(lines))

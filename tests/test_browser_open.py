@@ -1,0 +1,215 @@
+"""Opening the workbench's notebooks in JupyterLab modifies nothing, and no news prompt appears.
+
+A person runs ``make lab``, opens notebooks, reads them and closes the browser: no notebook may be
+marked modified, autosave may write no file, and JupyterLab must not ask "Would you like to get
+notified about official Jupyter news?". This test serves a *copy* of ``notebooks/`` (so a save
+could never touch the repository) from a real JupyterLab driven by headless Chromium, with the
+project's own JupyterLab configuration (``jupyter_config/``, put on ``JUPYTER_CONFIG_PATH`` exactly
+as ``make lab`` does) and autosave turned on with a 2 s interval. It opens every notebook (each
+starts its kernel, which is when JupyterLab rewrites a kernelspec that differs from the running
+kernel's), four at a time, waits until their kernels are idle and then past several autosave
+ticks, and asserts: nothing happened to any notebook after it loaded (no metadata rewritten, never
+dirty, no save; model and tab), the server saved nothing, every file hash is unchanged, and no news
+prompt is on the page. A run without the project's configuration shows the prompt
+(``test_the_prompt_check_can_fail``), so the prompt check can fail.
+
+Two fast tests (no browser) check the causes directly: the stored kernelspec of every notebook pair
+is the one JupyterLab starts, and binder/postBuild installs the same JupyterLab defaults.
+
+Helpers (server, browser, REST) come from tests/test_browser.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import test_browser as tb
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "jupyter_config"
+AUTOSAVE_S = 2
+SETTLE_S = 3 * AUTOSAVE_S + 1  # past several autosave ticks after the last kernel went idle
+NEWS_PROMPT = "official Jupyter news"
+
+# The open notebook panels: path, dirty flag, dirty tab, and what happened after the document was
+# ready (metadata JupyterLab rewrote, dirty transitions), recorded by the hook RECORD installs.
+PANELS = """() => [...window.jupyterapp.shell.widgets('main')]
+  .filter(w => w.context && w.content && w.content.model && w.context.path.endsWith('.ipynb'))
+  .map(w => ({path: w.context.path, ready: w.context.isReady, dirty: w.context.model.dirty,
+              tab: w.title.className.includes('jp-mod-dirty'),
+              events: (window.__events || {})[w.context.path] || []}))"""
+RECORD = """(path) => {
+  const w = [...window.jupyterapp.shell.widgets('main')].find(w => w.context && w.context.path === path);
+  window.__events = window.__events || {};
+  const log = window.__events[path] = [];
+  return w.context.ready.then(() => {
+    w.context.model.metadataChanged.connect((m, a) =>
+      log.push('metadata ' + a.key + ': ' + JSON.stringify(a.oldValue) + ' -> ' + JSON.stringify(a.newValue)));
+    w.context.model.stateChanged.connect((m, a) => { if (a.name === 'dirty' && a.newValue) log.push('became dirty'); });
+    w.context.fileChanged.connect(() => log.push('saved'));
+  });
+}"""
+CLOSE = """(paths) => { for (const w of [...window.jupyterapp.shell.widgets('main')])
+  if (w.context && paths.includes(w.context.path)) w.dispose(); }"""
+BATCH = 4  # notebooks open at once (each starts a kernel)
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _copy_notebooks(tmp: Path) -> Path:
+    root = tmp / "repo"
+    (root / "notebooks").mkdir(parents=True)
+    for p in sorted((ROOT / "notebooks").iterdir()):
+        if p.suffix in (".ipynb", ".py"):
+            shutil.copy2(p, root / "notebooks" / p.name)
+    return root
+
+
+def _autosave_settings(settings: Path) -> None:
+    """Replaces tests/test_browser.py's user settings: autosave ON, every 2 s, and nothing else
+    (the news prompt must be kept away by the project's jupyter_config/, not by this test)."""
+    rel = "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings"
+    (settings / rel).parent.mkdir(parents=True, exist_ok=True)
+    (settings / rel).write_text(json.dumps({"autosave": True, "autosaveInterval": AUTOSAVE_S}))
+
+
+def _sessions(base: str, paths: list[str]) -> list[dict]:
+    return [x for x in tb.http(f"{base}/api/sessions") if x["path"] in paths]
+
+
+def _wait_kernels_idle(base: str, paths: list[str], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        states = [x["kernel"]["execution_state"] for x in _sessions(base, paths)]
+        if len(states) == len(paths) and all(s == "idle" for s in states):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"kernels of {paths} not all idle after {timeout:.0f} s: {states}")
+        time.sleep(0.25)
+
+
+def _start(page, base: str) -> None:
+    page.goto(f"{base}/lab?reset", wait_until="domcontentloaded")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell", timeout=60_000)
+    page.evaluate("() => window.jupyterapp.restored.then(() => null)")
+
+
+def open_all_and_settle(root: Path, tmp: Path, monkeypatch) -> dict:
+    """Serve ``root`` with the project's configuration and open every notebook under it, BATCH at
+    a time: open, wait until each one's kernel is idle and then past two autosave ticks, record
+    what the page shows, close them and shut their kernels down. Returns what was seen."""
+    monkeypatch.setattr(tb, "write_lab_settings", _autosave_settings)
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(CONFIG))
+    paths = sorted(f"notebooks/{p.name}" for p in (root / "notebooks").glob("*.ipynb"))
+    t0 = time.monotonic()
+    panels = []
+    with tb.jupyterlab(root, tmp / "jupyter") as base, tb.chromium_page(tmp / "chromium") as page:
+        try:
+            _start(page, base)
+            for i in range(0, len(paths), BATCH):
+                batch = paths[i:i + BATCH]
+                for path in batch:
+                    page.evaluate("(path) => { window.jupyterapp.commands.execute('docmanager:open', "
+                                  "{path, factory: 'Notebook'}); }", path)
+                    page.wait_for_function(
+                        "(path) => [...window.jupyterapp.shell.widgets('main')].some(w => w.context && w.context.path === path)",
+                        arg=path, timeout=30_000)
+                    page.evaluate(RECORD, path)
+                _wait_kernels_idle(base, batch)
+                time.sleep(SETTLE_S)
+                panels += [p for p in page.evaluate(PANELS) if p["path"] in batch]
+                if i == 0:
+                    tb.shot(page, "open_notebooks_first_batch.png")
+                page.evaluate(CLOSE, batch)
+                for session in _sessions(base, batch):
+                    tb.http(f"{base}/api/sessions/{session['id']}", method="DELETE")
+            news = page.evaluate(f"() => document.body.innerText.includes({NEWS_PROMPT!r})")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                print("screenshot of the failure:", tb.shot(page, "open_all_failure.png"))
+            raise
+    saves = [ln for ln in (tmp / "jupyter" / "jupyterlab.log").read_text().splitlines() if "Saving" in ln]
+    return {"panels": panels, "news_prompt": news, "saves": saves, "paths": paths,
+            "seconds": round(time.monotonic() - t0, 1)}
+
+
+@pytest.mark.browser
+def test_opening_every_notebook_modifies_nothing(tmp_path, monkeypatch):
+    tb.chromium_or_skip()
+    root = _copy_notebooks(tmp_path)
+    before = _hashes(root / "notebooks")
+    seen = open_all_and_settle(root, tmp_path, monkeypatch)
+    print(f"opened {len(seen['paths'])} notebooks in {seen['seconds']} s")
+    assert len(seen["panels"]) == len(seen["paths"]) >= 10, seen["panels"]
+    assert sorted(p["path"] for p in seen["panels"]) == seen["paths"]
+    dirty = {p["path"]: p["events"] for p in seen["panels"] if p["dirty"] or p["tab"] or p["events"]}
+    assert not dirty, ("opening modified these notebooks (what JupyterLab did after loading each: "
+                       f"{json.dumps(dirty, indent=1)})")
+    assert not seen["saves"], f"autosave wrote files: {seen['saves']}"
+    changed = [name for name, h in _hashes(root / "notebooks").items() if before.get(name) != h]
+    assert not changed, f"files changed on disk: {changed}"
+    assert not seen["news_prompt"], "JupyterLab asked about Jupyter news despite jupyter_config/"
+
+
+@pytest.mark.browser
+def test_the_prompt_check_can_fail(tmp_path, monkeypatch):
+    """Without the project's configuration JupyterLab does ask about the news."""
+    tb.chromium_or_skip()
+    monkeypatch.setattr(tb, "write_lab_settings", _autosave_settings)
+    monkeypatch.delenv("JUPYTER_CONFIG_PATH", raising=False)
+    (tmp_path / "empty").mkdir()
+    with tb.jupyterlab(tmp_path / "empty", tmp_path / "jupyter") as base, \
+            tb.chromium_page(tmp_path / "chromium") as page:
+        _start(page, base)
+        page.wait_for_function(f"() => document.body.innerText.includes({NEWS_PROMPT!r})", timeout=30_000)
+
+
+# ------------------------------------------------------------------------------ the cause, fast
+def test_stored_kernelspec_is_the_one_jupyterlab_starts():
+    """The cause the browser test found: when a notebook's kernel starts, JupyterLab writes the
+    running kernel's spec into the notebook metadata; a stored spec that differs (e.g. display
+    name "Python 3" against ipykernel's "Python 3 (ipykernel)") marks the notebook modified and
+    autosave rewrites both files of the jupytext pair. Jupytext takes the spec from the .py
+    header, so both files of each pair must carry it."""
+    import jupytext
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    want = {"name": "python3", "display_name": spec.display_name, "language": spec.language}
+    wrong = {}
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "notebooks").glob("*.py")):
+        got = (json.loads(path.read_text())["metadata"] if path.suffix == ".ipynb"
+               else jupytext.read(path).metadata).get("kernelspec")
+        if got != want:
+            wrong[path.name] = got
+    assert not wrong, f"notebooks whose stored kernelspec is not {want}: {wrong}"
+
+
+# ------------------------------------------------------------------------------ Binder's copy
+def test_binder_installs_the_same_lab_settings(tmp_path):
+    """binder/postBuild's settings line, run against a throwaway JupyterLab app dir
+    (``JUPYTERLAB_DIR``), writes jupyter_config's overrides.json as that app's overrides."""
+    lines = [ln.strip() for ln in (ROOT / "binder" / "postBuild").read_text().splitlines()
+             if "overrides.json" in ln and not ln.lstrip().startswith("#")]
+    assert len(lines) == 1 and lines[0].startswith("python -c "), lines
+    command = shlex.quote(sys.executable) + lines[0][len("python"):]
+    env = {"JUPYTERLAB_DIR": str(tmp_path / "lab"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    written = tmp_path / "lab" / "settings" / "overrides.json"
+    assert json.loads(written.read_text()) == json.loads((CONFIG / "lab/settings/overrides.json").read_text())
+    notification = json.loads(written.read_text())["@jupyterlab/apputils-extension:notification"]
+    assert notification["fetchNews"] == "false"
