@@ -86,3 +86,13 @@ def test_readme_live_block_is_generated_from_the_saved_table():
     saved = json.loads((ROOT / "data" / live.LIVE_FILE_NAME).read_text())
     assert readme.block(README.read_text(), "live") == live.markdown(saved)
     assert "of 36 hand-written branches" in readme.block(README.read_text(), "live")
+
+
+def test_readme_coverage_block_is_generated_from_the_saved_sweep():
+    from funcbwd.measure import coverage_summary
+    from funcbwd.views import coverage
+
+    cov = str(ROOT / "data" / coverage.COVERAGE_FILE_NAME)
+    expected = coverage.markdown(coverage_summary.load(cov), coverage_summary.load_meta(cov),
+                                 coverage_summary.load_cost(cov))
+    assert readme.block(README.read_text(), "coverage") == expected

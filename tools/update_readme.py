@@ -44,5 +44,11 @@ if __name__ == "__main__":
 
     live_file = DATA / live.LIVE_FILE_NAME
     text = readme.replace_block(text, "live", live.markdown(json.loads(live_file.read_text())))
+    from funcbwd.measure import coverage_summary
+    from funcbwd.views import coverage
+
+    cov = str(DATA / coverage.COVERAGE_FILE_NAME)
+    text = readme.replace_block(text, "coverage", coverage.markdown(
+        coverage_summary.load(cov), coverage_summary.load_meta(cov), coverage_summary.load_cost(cov)))
     README.write_text(text)
     print("README.md updated")

@@ -11,7 +11,9 @@ show, in one place:
 * **tracing** (:func:`trace_formula`): ``make_fx(torch.func.functionalize(formula))`` with fake
   tensors of the signature's logical shapes and strides, outside any transform (the caller may be
   a backward running under vmap). Data-dependent formulas (``.item()``, ``nonzero``) raise;
-* **the graph pair** (:func:`build`): the functionalized graph and a copy with
+* **the graph pair** (:func:`build`): the functionalized graph (its ``select_scatter`` rewritten
+  as ``slice_scatter``, whose batched gradient is right: :mod:`funcbwd.fx.select_scatter`; the
+  rewrite checked against the trace like the elision below) and a copy with
   :func:`funcbwd.fx.elide.elide_copies` applied, and :func:`check_elision` comparing the two once
   on seeded random inputs of the signature: output values (NaN-equal, exact), shapes, dtypes and
   strides. A pair that differs (or an elided graph that raises) keeps the un-elided graph, with
@@ -39,6 +41,7 @@ from torch.utils import _pytree as pytree
 from funcbwd import internals
 from funcbwd.errors import first_line
 from funcbwd.fx import codegen, elide
+from funcbwd.fx.select_scatter import rewrite_select_scatter
 
 #: (shape, strides, dtype, device) of one tensor arg
 TensorSpec = tuple
@@ -145,10 +148,14 @@ def blank(spec: TensorSpec, generator: torch.Generator | None = None) -> torch.T
 
 
 def trace_formula(formula: Callable[..., Any], args: tuple, *, functionalize: bool = True,
-                  elide_copies: bool = False) -> torch.fx.GraphModule:
+                  elide_copies: bool = False, rewrite_scatters: bool | None = None
+                  ) -> torch.fx.GraphModule:
     """make_fx graph of ``formula(*args)`` taking the tensor args (pytree order) as inputs: fake
     tensors of their logical shapes and strides, traced outside any transform. Raises if the
-    formula is data-dependent."""
+    formula is data-dependent. ``rewrite_scatters`` (default: ``elide_copies``, i.e. for the graph
+    that runs) rewrites ``select_scatter`` as ``slice_scatter``
+    (:func:`funcbwd.fx.select_scatter.rewrite_select_scatter`: torch's batched select_scatter has a
+    wrong gradient)."""
     flat = flatten_args(args)
     specs = [tensor_spec(t) for t in flat.tensors]  # logical, read before leaving the transforms
 
@@ -160,6 +167,8 @@ def trace_formula(formula: Callable[..., Any], args: tuple, *, functionalize: bo
         gm = make_fx(fn, tracing_mode="fake")(*[blank(s) for s in specs])
     if elide_copies:
         elide.elide_copies(gm)
+    if elide_copies if rewrite_scatters is None else rewrite_scatters:
+        rewrite_select_scatter(gm)  # after the elision, which sees select_scatter's src as values
     return gm
 
 
@@ -249,6 +258,9 @@ class FormulaGraph:
     label: str
     #: True if ``run`` calls the ops' public bindings (verified equivalent), False: the overloads
     bindings: bool = False
+    #: ``select_scatter`` nodes rewritten as ``slice_scatter`` (in both graphs; checked against the
+    #: trace): :mod:`funcbwd.fx.select_scatter`
+    scatter_rewrites: int = 0
 
     @property
     def refusal(self) -> str | None:
@@ -300,14 +312,26 @@ def _runner(gm: torch.fx.GraphModule, args: Sequence[Any], specs: Sequence[Tenso
 
 def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "formula",
           check: bool = True) -> FormulaGraph:
-    """Trace ``formula`` for ``args``' signature, elide its copies on a copy of the graph, check
-    the pair (unless nothing was elided or ``check`` is False) and compile the chosen graph.
-    Raises what tracing raises (a data-dependent formula)."""
+    """Trace ``formula`` for ``args``' signature, elide its copies on a copy of the graph,
+    rewrite both graphs' ``select_scatter`` (checked against the trace as traced), check the pair
+    (unless nothing was elided or ``check`` is False) and compile the chosen graph. Raises what
+    tracing raises (a data-dependent formula), and :class:`RuntimeError` if the rewritten graph
+    differs from the trace (the caller must run neither: the trace's batched gradient is wrong)."""
     args = tuple(args)
+    tensors = flatten_args(args).tensors
     functionalized = trace_formula(formula, args)
     elided = copy.deepcopy(functionalized)
-    report = elide.elide_copies(elided)
-    tensors = flatten_args(args).tensors
+    report = elide.elide_copies(elided)  # first: it sees select_scatter's src as read for values
+    rewrites = 0
+    if elide.count_targets(functionalized, (torch.ops.aten.select_scatter.default,)):
+        traced = functionalized
+        functionalized = copy.deepcopy(traced)
+        rewrites = rewrite_select_scatter(functionalized)
+        same = check_elision(traced, functionalized, tensors)
+        if not same.ok:
+            raise RuntimeError(f"select_scatter rewritten as slice_scatter differs from the trace: "
+                               f"{same.detail}")
+        rewrite_select_scatter(elided)
     if not report.count:
         result = ElisionCheck(True, "nothing elided")
     elif not check:
@@ -317,7 +341,7 @@ def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "form
     chosen = elided if result.ok else functionalized
     label = f"{name}{signature_text(args)}{'' if result.ok else ' un-elided'}"
     run, bindings = _runner(chosen, args, [tensor_spec(t) for t in tensors], label)
-    return FormulaGraph(functionalized, elided, report, result, run, label, bindings)
+    return FormulaGraph(functionalized, elided, report, result, run, label, bindings, rewrites)
 
 
 def signature_text(args: Sequence[Any], limit: int = 80) -> str:
