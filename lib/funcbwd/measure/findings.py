@@ -4,63 +4,25 @@ A :class:`Finding` is data: a title, the torch version it was first seen on, a m
 imports nothing but torch, the batching rule at fault (file and function in pytorch/pytorch) and a
 family of related cases. Nothing in a report is typed in by hand: :meth:`Finding.check` executes
 the repro and every case in a fresh namespace and compares what the transform returned with a
-per-sample Python loop. Every source follows one contract: it imports only torch, defines
-``looped`` (the per-sample loop, the reference) and then ``batched`` (the transform; it may
-raise), and may print.
-
-Two further computed checks tie each report to its cause:
-
-* **explained**: a Python emulation of the batching rule *as written* (``emulate(ns, fixed=False)``
-  on a case's namespace) must reproduce what vmap returned (the same tensor, or an error where
-  vmap raised);
-* **fix**: the same emulation with the proposed one-line fix (``fixed=True``) must equal the
-  per-sample loop.
-
-:meth:`Report.markdown` renders the shape of a PyTorch bug report (``## 🐛 Describe the bug``,
-repro block, observed, expected, cause, other cases, versions); :meth:`Report.text` the same as
-plain text. ``python -m funcbwd findings`` (:mod:`funcbwd.cli.findings`) prints them.
+per-sample Python loop, and checks that an emulation of the rule as written explains the result
+and the proposed fix removes it (:mod:`funcbwd.measure.findings_check`, which also holds the
+emulations). :class:`Report` (:mod:`funcbwd.measure.findings_report`) renders the result as a
+PyTorch bug report, plain text or JSON; ``python -m funcbwd findings`` (:mod:`funcbwd.cli.findings`)
+prints them. The names of the three modules' public API are importable from this one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
-import platform
-import textwrap
-import warnings
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
 from funcbwd import internals
 from funcbwd.errors import BadInputError
-
-STATUSES = ("ok", "wrong values", "wrong shape", "raises")
-ATOL, RTOL = 1e-6, 1e-5
-
-
-# ------------------------------------------------------------------------------ data
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    """The batching rule at fault, as a reviewer finds it in pytorch/pytorch."""
-
-    file: str  # path in pytorch/pytorch
-    function: str
-    op: str  # the dispatcher op (with overload) whose FuncTorchBatched kernel it is
-    introduced_by: str  # the upstream PR that added the rule
-    flaw: str  # what goes wrong, in prose
-    fix: str  # the proposed change, in prose
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One program of a finding's family; ``params`` feed the finding's ``claim``."""
-
-    label: str
-    source: str
-    params: dict
-    emulable: bool = True  # whether the namespace carries what ``emulate`` reads
+from funcbwd.measure.findings_check import (ATOL, RTOL, STATUSES, Case, CaseResult, Outcome, Rule, compare,
+                                            emulate_index_fill, emulate_masked_select, run, versions)
+from funcbwd.measure.findings_report import Report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,196 +47,6 @@ class Finding:
         results = [CaseResult.of(self, c) for c in ((self.main_case(),) + (self.cases() if with_cases else ()))]
         return Report(self, results[0], tuple(results[1:]), internals.batching_kernel_source(self.rule.op),
                       versions())
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """What one program did: ``status`` is ``ok`` when ``batched`` equals ``looped``."""
-
-    status: str
-    observed: str  # the transform's result, or the error it raised
-    expected: str  # the per-sample loop's result
-    printed: str
-    namespace: dict = dataclasses.field(repr=False, compare=False)
-
-    @property
-    def bug(self) -> bool:
-        return self.status != "ok"
-
-    @property
-    def batched(self) -> torch.Tensor | None:
-        return self.namespace.get("batched")
-
-
-def run(source: str, label: str = "repro") -> Outcome:
-    """Execute ``source`` in a fresh namespace (stdout captured, warnings silenced) and compare
-    its ``batched`` with its ``looped``. A source that breaks the contract (no ``looped``, or no
-    ``batched`` without an error) is a :class:`funcbwd.errors.BadInputError`."""
-    ns: dict[str, Any] = {"__name__": "__repro__"}
-    out = io.StringIO()
-    error = None
-    with contextlib.redirect_stdout(out), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            exec(compile(source, "<repro>", "exec"), ns)
-        except Exception as e:  # noqa: BLE001 - the error is the observation
-            error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-    looped = ns.get("looped")
-    if not isinstance(looped, torch.Tensor):
-        raise BadInputError(
-            f"{label}: a repro must define `looped` (the per-sample loop) as a tensor before `batched`"
-            + (f"; it raised first: {error}" if error else ""))
-    if error is not None:
-        return Outcome("raises", error, _show(looped), out.getvalue(), ns)
-    batched = ns.get("batched")
-    if not isinstance(batched, torch.Tensor):
-        raise BadInputError(f"{label}: a repro must define `batched` (the transform's result) as a tensor")
-    return Outcome(compare(batched, looped), _show(batched), _show(looped), out.getvalue(), ns)
-
-
-def compare(got: torch.Tensor, want: torch.Tensor) -> str:
-    if got.shape != want.shape:
-        return "wrong shape"
-    return "ok" if torch.allclose(got, want, atol=ATOL, rtol=RTOL) else "wrong values"
-
-
-def _show(t: torch.Tensor) -> str:
-    return f"{t}  # shape {tuple(t.shape)}"
-
-
-@dataclasses.dataclass(frozen=True)
-class CaseResult:
-    case: Case
-    outcome: Outcome
-    claimed_bug: bool
-    explained: bool | None  # the rule as written reproduces vmap's result (None: not emulable)
-    fix_works: bool | None  # the fixed rule equals the per-sample loop
-
-    @classmethod
-    def of(cls, finding: Finding, case: Case) -> "CaseResult":
-        outcome = run(case.source, case.label)
-        explained = fix_works = None
-        if case.emulable:
-            as_written = _attempt(finding.emulate, outcome.namespace, False)
-            explained = (outcome.status == "raises") if as_written is None else (
-                outcome.batched is not None and compare(as_written, outcome.batched) == "ok")
-            fixed = _attempt(finding.emulate, outcome.namespace, True)
-            fix_works = fixed is not None and compare(fixed, outcome.namespace["looped"]) == "ok"
-        return cls(case, outcome, finding.claim(case.params), explained, fix_works)
-
-
-def _attempt(fn: Callable, *args) -> torch.Tensor | None:
-    """The emulation's result, or None where the rule it emulates would raise."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return fn(*args)
-        except RuntimeError:
-            return None
-
-
-def versions() -> dict[str, str]:
-    return {"torch": torch.__version__, "python": platform.python_version(),
-            "os": platform.platform(), "cuda": str(torch.version.cuda)}
-
-
-# ------------------------------------------------------------------------------ rendering
-@dataclasses.dataclass(frozen=True)
-class Report:
-    finding: Finding
-    main: CaseResult
-    cases: tuple[CaseResult, ...]
-    registered_at: str | None  # where this torch build registered the rule
-    env: dict[str, str]
-
-    @property
-    def reproduces(self) -> bool:
-        return self.main.outcome.bug
-
-    def _cause(self) -> str:
-        r = self.finding.rule
-        where = (f" (this build registers it at `{self.registered_at}`)" if self.registered_at
-                 else " (this build has no FuncTorchBatched kernel for it)")
-        return (f"The batching rule at fault is `{r.function}` in `{r.file}`, the FuncTorchBatched "
-                f"kernel of `{r.op}`{where}, added in {r.introduced_by}. {r.flaw}\n\n"
-                f"Suggested fix: {r.fix}")
-
-    def _explained_line(self) -> str:
-        rows = [c for c in (self.main,) + self.cases if c.explained is not None]
-        return (f"A Python emulation of the rule as written reproduces vmap's result in "
-                f"{sum(c.explained for c in rows)} of {len(rows)} cases; with the suggested fix it "
-                f"matches the per-sample loop in {sum(c.fix_works for c in rows)} of {len(rows)}.")
-
-    def markdown(self) -> str:
-        f, o = self.finding, self.main.outcome
-        parts = [f"# {f.title}", "", "## 🐛 Describe the bug", "", f.summary, "",
-                 "```python", f.repro.rstrip(), "```", "",
-                 f"Observed (torch {self.env['torch']}): **{o.status}**", "", "```", o.observed, "```", "",
-                 "Expected (the same calls in a per-sample Python loop):", "", "```", o.expected, "```", "",
-                 "### Cause", "", self._cause(), "", f"Affected: {f.claim_text}", ""]
-        if self.cases:
-            parts += ["### Other cases checked", "", self._explained_line(), "",
-                      "| case | vmap vs per-sample loop | emulated rule explains it | fix works |",
-                      "|---|---|---|---|"]
-            for c in self.cases:
-                status = c.outcome.status + (f" ({_clip(c.outcome.observed)})" if c.outcome.status == "raises" else "")
-                parts.append(f"| {c.case.label} | {status} | {_yn(c.explained)} | {_yn(c.fix_works)} |")
-            parts.append("")
-        parts += ["### Versions", "", "```"] + [f"{k}: {v}" for k, v in self.env.items()] + ["```", ""]
-        if not self.reproduces:
-            parts.insert(2, f"> **No longer reproduces on torch {self.env['torch']}** (first seen on "
-                            f"{f.torch_seen}).\n")
-        return "\n".join(parts)
-
-    def text(self) -> str:
-        f, o = self.finding, self.main.outcome
-        wrap = lambda s: textwrap.fill(s, 100)  # noqa: E731
-        ind = lambda s: textwrap.indent(s.rstrip(), "    ")  # noqa: E731
-        lines = [f.title, "=" * len(f.title),
-                 f"first seen on torch {f.torch_seen}; this run: torch {self.env['torch']}, "
-                 + ("REPRODUCES" if self.reproduces else "NO LONGER REPRODUCES"), "",
-                 wrap(f.summary), "", "Repro:", ind(f.repro), "",
-                 f"Observed: {o.status}", ind(o.observed), "", "Expected (per-sample loop):", ind(o.expected),
-                 "", wrap(self._cause().replace("`", "")), "", wrap("Affected: " + f.claim_text)]
-        if self.cases:
-            lines += ["", wrap(self._explained_line()), ""]
-            width = max(len(c.case.label) for c in self.cases)
-            for c in self.cases:
-                lines.append(f"  {c.case.label:<{width}}  {c.outcome.status:<12}  explained: "
-                             f"{_yn(c.explained):<3}  fix: {_yn(c.fix_works)}")
-        lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in self.env.items())]
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict:
-        row = lambda c: {"label": c.case.label, "status": c.outcome.status, "observed": c.outcome.observed,  # noqa: E731
-                         "expected": c.outcome.expected, "claimed_bug": c.claimed_bug,
-                         "explained": c.explained, "fix_works": c.fix_works}
-        return {"key": self.finding.key, "title": self.finding.title, "torch_seen": self.finding.torch_seen,
-                "reproduces": self.reproduces, "repro": self.finding.repro,
-                "rule": dataclasses.asdict(self.finding.rule), "registered_at": self.registered_at,
-                "main": row(self.main), "cases": [row(c) for c in self.cases], "versions": self.env}
-
-
-def _yn(v: bool | None) -> str:
-    return "-" if v is None else ("yes" if v else "no")
-
-
-def _clip(s: str, n: int = 70) -> str:
-    s = s.replace("|", "\\|")
-    return s if len(s) <= n else s[: n - 3] + "..."
-
-
-# ------------------------------------------------------------------------------ helpers for emulation
-def _sum_to(physical: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """Autograd's ``sum_to`` (the engine reduces a broadcast gradient to the input's shape), applied
-    per batch entry to a tensor whose dim 0 is the batch dim."""
-    logical = physical.shape[1:]
-    if len(logical) < len(shape) or any(s not in (1, l) for s, l in zip(reversed(shape), reversed(logical))):
-        raise RuntimeError(f"invalid gradient: got {list(logical)}, expected shape compatible with {list(shape)}")
-    lead = len(logical) - len(shape)
-    dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and logical[lead + i] != 1]
-    out = physical.sum([d + 1 for d in dims], keepdim=True) if dims else physical
-    return out.reshape(physical.shape[0], *shape)
 
 
 # ------------------------------------------------------------------------------ finding 1: masked_select
@@ -371,29 +143,6 @@ def _masked_select_claim(p: dict) -> bool:
     return not (len(mask) == len(x) + 1 and mask[0] == 1)
 
 
-def _emulate_masked_select(ns: dict, fixed: bool) -> torch.Tensor:
-    """``masked_select_backward_batch_rule`` on the physical tensors, then autograd's sum_to.
-
-    As written, ``maybePadToLogicalRank(self_, self_bdim, ...)`` pads only a tensor that already
-    has a batch dim; an unbatched input then gets its batch dim from ``ensure_has_bdim`` *without*
-    the padding, so the batch dim lines up with a mask dim. The fix pads after adding it."""
-    mask, grad = ns["mask"], ns["cotangents"]
-    x_batched = "xs" in ns
-    x = ns["x"]
-    # what masked_select saw: x, or x expanded explicitly (the "expand" cases)
-    seen = x.expand(ns["expand_to"]) if "expand_to" in ns else x
-    self_ = ns["xs"] if x_batched else seen
-    logical_rank = max(seen.dim(), mask.dim())
-    if x_batched or fixed:  # maybePadToLogicalRank: pads only when the tensor has a batch dim
-        self_ = self_.reshape(self_.shape[:1] + (1,) * (logical_rank - seen.dim()) + self_.shape[1:]) \
-            if x_batched else self_.reshape((1,) * (logical_rank - seen.dim()) + self_.shape)
-    if not x_batched:
-        self_ = self_.expand(grad.shape[0], *self_.shape)  # ensure_has_bdim
-    shape = torch.broadcast_shapes(self_.shape, mask.shape)  # at::infer_size inside the formula
-    result = torch.zeros(shape).masked_scatter(mask, grad)  # masked_select_backward on physical tensors
-    return _sum_to(_sum_to(result, seen.shape), x.shape)  # autograd: to what was seen, then expand's backward
-
-
 MASKED_SELECT = Finding(
     key="masked_select_broadcast",
     title="vmap(vjp) of torch.masked_select is wrong or raises when the input is broadcast to the mask",
@@ -430,7 +179,7 @@ MASKED_SELECT = Finding(
                 "RuntimeError."),
     claim=_masked_select_claim,
     cases=_masked_select_cases,
-    emulate=_emulate_masked_select,
+    emulate=emulate_masked_select,
 )
 
 
@@ -504,25 +253,6 @@ def _index_fill_claim(p: dict) -> bool:
     return p["kind"] in ("value", "index", "jacfwd") and p["batch"] > 1
 
 
-def _emulate_index_fill(ns: dict, fixed: bool) -> torch.Tensor:
-    """``index_fill_int_tensor_batch_rule(_impl)`` with a batched value: ``ensure_has_bdim``
-    expands an unbatched self (every batch entry is the same memory), then a per-entry loop
-    fills each ``select(0, i)`` in place, so the last entry's value wins everywhere. The fix
-    materializes the expanded self (``clone``) before the loop, as the non-loop path already does."""
-    dim, values = ns["dim"], ns["values"]
-    batch = values.shape[0]
-    if "xs" in ns:
-        self_ = ns["xs"].clone()
-    else:
-        self_ = ns["x"].clone().expand(batch, *ns["x"].shape)  # clone, then ensure_has_bdim
-        if fixed:
-            self_ = self_.clone()
-    index_ = ns["indices"] if "indices" in ns else ns["index"].expand(batch, *ns["index"].shape)
-    for i in range(batch):
-        self_.select(0, i).index_fill_(dim, index_.select(0, i), values.select(0, i))
-    return self_
-
-
 INDEX_FILL = Finding(
     key="index_fill_batched_value",
     title="vmap of index_fill with an unbatched self and a batched 0-dim value fills every entry with the last value",
@@ -555,7 +285,7 @@ INDEX_FILL = Finding(
                 "above 1; with a batched self, or an unbatched value, the result is right."),
     claim=_index_fill_claim,
     cases=_index_fill_cases,
-    emulate=_emulate_index_fill,
+    emulate=emulate_index_fill,
 )
 
 FINDINGS: tuple[Finding, ...] = (MASKED_SELECT, INDEX_FILL)
@@ -573,4 +303,4 @@ def get_finding(key: str) -> Finding:
 
 
 __all__ = ["Finding", "Rule", "Case", "Outcome", "CaseResult", "Report", "FINDINGS", "run", "compare",
-           "finding_keys", "get_finding", "versions"]
+           "finding_keys", "get_finding", "versions", "STATUSES", "ATOL", "RTOL"]

@@ -6,7 +6,8 @@ The live sites (group "live": ``live_backward``, ``live_jvp``) are opt-in: regis
 the default op set (``registry.OPT_IN_GROUPS``).
 """
 
-from funcbwd.ops import corpus, live_backward, live_jvp, test_ops  # noqa: F401  (registrations)
+from funcbwd.ops import (corpus, corpus_fill_and_controls, live_backward,  # noqa: F401  (registrations)
+                         live_jvp, test_ops)
 from funcbwd.ops.registry import (OPT_IN_GROUPS, TEST_OPS, OpSpec, Sample, all_ops, get_op, groups,
                                   op_names, register, validate_sample)
 

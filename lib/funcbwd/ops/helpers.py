@@ -45,6 +45,11 @@ def zero_if_none(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(like) if t is None else t
 
 
+def arg_tangent(args: Sequence, tangents: Sequence, i: int = 0) -> torch.Tensor:
+    """The tangent of argument ``i`` of a jvp rule's ``(args, tangents)``, zeros when it has none."""
+    return zero_if_none(tangents[i], args[i])
+
+
 def mask(*shape: int, seed: int) -> torch.Tensor:
     """A seeded random boolean mask that is never all False."""
     g = torch.Generator().manual_seed(seed)

@@ -16,6 +16,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+# prod_safe_zeros_backward has no in-place site: it is the out-of-place core helper the hand-fixed
+# formulas already re-create line for line, so both use that one copy.
+from funcbwd.ops.handfixed import prod_safe_zeros_backward
+
 MEAN = 1  # at::Reduction::Mean (None=0, Mean=1, Sum=2)
 REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
@@ -213,21 +217,6 @@ def masked_fill_backward(grad, mask, *, fast=()):
     if 1 in fast:
         return grad.masked_select(mask).sum()
     return torch.where(mask, grad, 0).sum()
-
-
-def prod_safe_zeros_backward(grad, inp, dim):
-    """prod_safe_zeros_backward(grad, inp, dim): exclusive cumprods, safe with zeros."""
-    if inp.numel() == 0:
-        return grad.expand_as(inp)
-    if inp.size(dim) == 1:
-        return grad
-    ones_size = list(inp.shape)
-    ones_size[dim] = 1
-    ones = torch.ones(ones_size, dtype=grad.dtype, device=grad.device)
-    exclusive_normal = torch.cat([ones, inp.narrow(dim, 0, inp.size(dim) - 1)], dim).cumprod(dim)
-    narrow_reverse = inp.narrow(dim, 1, inp.size(dim) - 1).flip(dim)
-    exclusive_reverse = torch.cat([ones, narrow_reverse], dim).cumprod(dim).flip(dim)
-    return grad * (exclusive_normal * exclusive_reverse).conj()
 
 
 def prod_backward(grad, input, result, *, fast=()):

@@ -37,10 +37,8 @@ import torch.autograd.forward_ad as fwAD
 from torch.func import jacfwd, jacrev, jvp, vmap
 
 from funcbwd.ops.registry import OpSpec, Sample
-from funcbwd.run.compare import check_close
-from funcbwd.run.entries import stacked
-from funcbwd.run.scenarios import (SCENARIOS, Case, Scenario, bind, in_dims_choices, slice_arg,
-                                   stack_loop)
+from funcbwd.run.scenarios import (SCENARIOS, Case, Scenario, bind, stack_loop,
+                                   vmap_over_in_dims)
 from funcbwd.strategies import Strategy, get_strategy
 
 
@@ -85,41 +83,14 @@ def vmap_jvp_all_args(case: Case) -> tuple[tuple, tuple]:
     """Every tensor arg (primals and the others) and the tangents batched with distinct entries,
     for each in_dims choice; the first choice that fails or mismatches is reported."""
     op, s, st = case.op, case.sample, case.strategy
-    tpos = s.tensor_positions()
     base_tangents = list(_tangents(s, None, case.seed + 800))
-    unbatched = [s.args[p] for p in tpos] + base_tangents
-    entries = case.entries(unbatched, list(tpos) + [None] * len(base_tangents))
-    n = len(unbatched)
-    actual_all: list[torch.Tensor] = []
-    expected_all: list[torch.Tensor] = []
 
-    def full_args(xs: Sequence[torch.Tensor]) -> list:
-        full = list(s.args)
-        for p, v in zip(tpos, xs[:len(tpos)]):
-            full[p] = v
-        return full
+    def transform(full: list, tangents: Sequence[torch.Tensor]) -> tuple:
+        f = bind(op, st, full, s.diff)
+        return jvp(f, tuple(full[p] for p in s.diff), tuple(tangents))[1]
 
-    for in_dims in in_dims_choices(n):
-        case.detail = f"in_dims={in_dims}"
-        batched = [a if d is None else stacked(e, d) for a, e, d in zip(unbatched, entries, in_dims)]
-
-        def h(*xs: torch.Tensor) -> tuple:
-            full = full_args(xs)
-            f = bind(op, st, full, s.diff)
-            return jvp(f, tuple(full[p] for p in s.diff), tuple(xs[len(tpos):]))[1]
-
-        with case.strategy_part():
-            actual = vmap(h, in_dims=in_dims)(*batched)
-        loop = []
-        for b in range(case.batch):
-            xs = [slice_arg(a, b, d) for a, d in zip(batched, in_dims)]
-            loop.append(loop_jvp(op, st.reference(), full_args(xs), s.diff, xs[len(tpos):]))
-        expected = stack_loop(loop)
-        check_close(actual, expected, case.detail)  # report the first bad in_dims choice
-        actual_all.extend(actual)
-        expected_all.extend(expected)
-    case.detail = f"{len(in_dims_choices(n))} in_dims choices"
-    return tuple(actual_all), tuple(expected_all)
+    return vmap_over_in_dims(case, base_tangents, transform,
+                             lambda full, tangents: loop_jvp(op, st.reference(), full, s.diff, tangents))
 
 
 def _outputs_of_first_arg(op: OpSpec, st: Strategy, s: Sample) -> Callable:

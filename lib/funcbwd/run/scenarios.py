@@ -158,36 +158,56 @@ def vmap_all_args(case: Case) -> tuple[tuple, tuple]:
     args take distinct entries (:func:`funcbwd.run.entries.distinct_entries`); an unbatched arg is
     the sample's value (entry 0)."""
     op, s, st = case.op, case.sample, case.strategy
-    tpos = s.tensor_positions()
     shapes = output_shapes(op, s)
     dtype = s.args[s.diff[0]].dtype
     base_cts = [_randn(sh, case.seed + 200 + i, dtype) for i, sh in enumerate(shapes)]
-    unbatched = [s.args[p] for p in tpos] + base_cts
-    entries = case.entries(unbatched, list(tpos) + [None] * len(base_cts))
+
+    def transform(full: list, cts: Sequence[torch.Tensor]) -> tuple:
+        _, vjp_fn = st.vjp(bind(op, st, full, s.diff), *[full[p] for p in s.diff])
+        return vjp_fn(tuple(cts))
+
+    return vmap_over_in_dims(case, base_cts, transform,
+                             lambda full, cts: loop_vjp(op, st.reference(), full, s.diff, cts))
+
+
+def vmap_over_in_dims(case: Case, extras: Sequence[torch.Tensor],
+                      transform: Callable[[list, Sequence[torch.Tensor]], tuple],
+                      reference: Callable[[list, Sequence[torch.Tensor]], tuple]) -> tuple[tuple, tuple]:
+    """The all-args driver shared by :func:`vmap_all_args` and the forward-mode
+    ``vmap_jvp_all_args``: the sample's tensor args followed by ``extras`` (cotangents or
+    tangents), batched with distinct entries (:meth:`Case.entries`) for each choice of
+    :func:`in_dims_choices`. ``transform(full_args, extras)`` runs under ``vmap`` (inside the
+    strategy part) and ``reference(full_args, extras)`` once per batch entry (the per-sample loop),
+    where ``full_args`` is the sample's args with the tensor args replaced. Each choice is
+    compared with :func:`funcbwd.run.compare.check_close` (so the first choice that fails or
+    mismatches is reported, named in ``case.detail``); returns every choice's results, concatenated."""
+    s = case.sample
+    tpos = s.tensor_positions()
+    unbatched = [s.args[p] for p in tpos] + list(extras)
+    entries = case.entries(unbatched, list(tpos) + [None] * len(extras))
     n = len(unbatched)
     actual_all: list[torch.Tensor] = []
     expected_all: list[torch.Tensor] = []
+
+    def full_args(xs: Sequence[torch.Tensor]) -> list:
+        full = list(s.args)
+        for p, v in zip(tpos, xs[:len(tpos)]):
+            full[p] = v
+        return full
 
     for in_dims in in_dims_choices(n):
         case.detail = f"in_dims={in_dims}"
         batched = [a if d is None else stacked(e, d) for a, e, d in zip(unbatched, entries, in_dims)]
 
         def h(*xs: torch.Tensor) -> tuple:
-            full = list(s.args)
-            for p, v in zip(tpos, xs[:len(tpos)]):
-                full[p] = v
-            _, vjp_fn = st.vjp(bind(op, st, full, s.diff), *[full[p] for p in s.diff])
-            return vjp_fn(tuple(xs[len(tpos):]))
+            return transform(full_args(xs), xs[len(tpos):])
 
         with case.strategy_part():
             actual = vmap(h, in_dims=in_dims)(*batched)
         loop = []
         for b in range(case.batch):
             xs = [slice_arg(a, b, d) for a, d in zip(batched, in_dims)]
-            full = list(s.args)
-            for p, v in zip(tpos, xs[:len(tpos)]):
-                full[p] = v
-            loop.append(loop_vjp(op, st.reference(), full, s.diff, xs[len(tpos):]))
+            loop.append(reference(full_args(xs), xs[len(tpos):]))
         expected = stack_loop(loop)
         check_close(actual, expected, case.detail)  # report the first bad in_dims choice
         actual_all.extend(actual)

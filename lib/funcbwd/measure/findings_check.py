@@ -1,0 +1,204 @@
+"""Running a finding's programs and re-creating its cause: the checks behind every report.
+
+Every program follows one contract: it imports only torch, defines ``looped`` (the per-sample
+loop, the reference) and then ``batched`` (the transform; it may raise), and may print.
+:func:`run` executes one in a fresh namespace and compares ``batched`` with ``looped``
+(:func:`compare`); :meth:`CaseResult.of` adds the two checks that tie a result to its cause:
+
+* **explained**: a Python emulation of the batching rule *as written* (``emulate(ns, fixed=False)``
+  on a case's namespace) must reproduce what vmap returned (the same tensor, or an error where
+  vmap raised);
+* **fix**: the same emulation with the proposed one-line fix (``fixed=True``) must equal the
+  per-sample loop.
+
+The emulations of the findings' rules (:func:`emulate_masked_select`, :func:`emulate_index_fill`)
+live here too. The findings themselves (the data) are in :mod:`funcbwd.measure.findings`, the
+rendering in :mod:`funcbwd.measure.findings_report`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import platform
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from funcbwd.errors import BadInputError
+
+STATUSES = ("ok", "wrong values", "wrong shape", "raises")
+ATOL, RTOL = 1e-6, 1e-5
+
+
+# ------------------------------------------------------------------------------ data
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """The batching rule at fault, as a reviewer finds it in pytorch/pytorch."""
+
+    file: str  # path in pytorch/pytorch
+    function: str
+    op: str  # the dispatcher op (with overload) whose FuncTorchBatched kernel it is
+    introduced_by: str  # the upstream PR that added the rule
+    flaw: str  # what goes wrong, in prose
+    fix: str  # the proposed change, in prose
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One program of a finding's family; ``params`` feed the finding's ``claim``."""
+
+    label: str
+    source: str
+    params: dict
+    emulable: bool = True  # whether the namespace carries what ``emulate`` reads
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one program did: ``status`` is ``ok`` when ``batched`` equals ``looped``."""
+
+    status: str
+    observed: str  # the transform's result, or the error it raised
+    expected: str  # the per-sample loop's result
+    printed: str
+    namespace: dict = dataclasses.field(repr=False, compare=False)
+
+    @property
+    def bug(self) -> bool:
+        return self.status != "ok"
+
+    @property
+    def batched(self) -> torch.Tensor | None:
+        return self.namespace.get("batched")
+
+
+def run(source: str, label: str = "repro") -> Outcome:
+    """Execute ``source`` in a fresh namespace (stdout captured, warnings silenced) and compare
+    its ``batched`` with its ``looped``. A source that breaks the contract (no ``looped``, or no
+    ``batched`` without an error) is a :class:`funcbwd.errors.BadInputError`."""
+    ns: dict[str, Any] = {"__name__": "__repro__"}
+    out = io.StringIO()
+    error = None
+    with contextlib.redirect_stdout(out), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            exec(compile(source, "<repro>", "exec"), ns)
+        except Exception as e:  # noqa: BLE001 - the error is the observation
+            error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    looped = ns.get("looped")
+    if not isinstance(looped, torch.Tensor):
+        raise BadInputError(
+            f"{label}: a repro must define `looped` (the per-sample loop) as a tensor before `batched`"
+            + (f"; it raised first: {error}" if error else ""))
+    if error is not None:
+        return Outcome("raises", error, _show(looped), out.getvalue(), ns)
+    batched = ns.get("batched")
+    if not isinstance(batched, torch.Tensor):
+        raise BadInputError(f"{label}: a repro must define `batched` (the transform's result) as a tensor")
+    return Outcome(compare(batched, looped), _show(batched), _show(looped), out.getvalue(), ns)
+
+
+def compare(got: torch.Tensor, want: torch.Tensor) -> str:
+    if got.shape != want.shape:
+        return "wrong shape"
+    return "ok" if torch.allclose(got, want, atol=ATOL, rtol=RTOL) else "wrong values"
+
+
+def _show(t: torch.Tensor) -> str:
+    return f"{t}  # shape {tuple(t.shape)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseResult:
+    case: Case
+    outcome: Outcome
+    claimed_bug: bool
+    explained: bool | None  # the rule as written reproduces vmap's result (None: not emulable)
+    fix_works: bool | None  # the fixed rule equals the per-sample loop
+
+    @classmethod
+    def of(cls, finding: Any, case: Case) -> "CaseResult":
+        """Run ``case`` of ``finding`` (a :class:`funcbwd.measure.findings.Finding`, which imports
+        this module: hence ``Any``) and check its claim, its explanation and its fix."""
+        outcome = run(case.source, case.label)
+        explained = fix_works = None
+        if case.emulable:
+            as_written = _attempt(finding.emulate, outcome.namespace, False)
+            explained = (outcome.status == "raises") if as_written is None else (
+                outcome.batched is not None and compare(as_written, outcome.batched) == "ok")
+            fixed = _attempt(finding.emulate, outcome.namespace, True)
+            fix_works = fixed is not None and compare(fixed, outcome.namespace["looped"]) == "ok"
+        return cls(case, outcome, finding.claim(case.params), explained, fix_works)
+
+
+def _attempt(fn: Callable, *args) -> torch.Tensor | None:
+    """The emulation's result, or None where the rule it emulates would raise."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return fn(*args)
+        except RuntimeError:
+            return None
+
+
+def versions() -> dict[str, str]:
+    return {"torch": torch.__version__, "python": platform.python_version(),
+            "os": platform.platform(), "cuda": str(torch.version.cuda)}
+
+
+# ------------------------------------------------------------------------------ helpers for emulation
+def _sum_to(physical: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """Autograd's ``sum_to`` (the engine reduces a broadcast gradient to the input's shape), applied
+    per batch entry to a tensor whose dim 0 is the batch dim."""
+    logical = physical.shape[1:]
+    if len(logical) < len(shape) or any(s not in (1, l) for s, l in zip(reversed(shape), reversed(logical))):
+        raise RuntimeError(f"invalid gradient: got {list(logical)}, expected shape compatible with {list(shape)}")
+    lead = len(logical) - len(shape)
+    dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and logical[lead + i] != 1]
+    out = physical.sum([d + 1 for d in dims], keepdim=True) if dims else physical
+    return out.reshape(physical.shape[0], *shape)
+
+
+def emulate_masked_select(ns: dict, fixed: bool) -> torch.Tensor:
+    """``masked_select_backward_batch_rule`` on the physical tensors, then autograd's sum_to.
+
+    As written, ``maybePadToLogicalRank(self_, self_bdim, ...)`` pads only a tensor that already
+    has a batch dim; an unbatched input then gets its batch dim from ``ensure_has_bdim`` *without*
+    the padding, so the batch dim lines up with a mask dim. The fix pads after adding it."""
+    mask, grad = ns["mask"], ns["cotangents"]
+    x_batched = "xs" in ns
+    x = ns["x"]
+    # what masked_select saw: x, or x expanded explicitly (the "expand" cases)
+    seen = x.expand(ns["expand_to"]) if "expand_to" in ns else x
+    self_ = ns["xs"] if x_batched else seen
+    logical_rank = max(seen.dim(), mask.dim())
+    if x_batched or fixed:  # maybePadToLogicalRank: pads only when the tensor has a batch dim
+        self_ = self_.reshape(self_.shape[:1] + (1,) * (logical_rank - seen.dim()) + self_.shape[1:]) \
+            if x_batched else self_.reshape((1,) * (logical_rank - seen.dim()) + self_.shape)
+    if not x_batched:
+        self_ = self_.expand(grad.shape[0], *self_.shape)  # ensure_has_bdim
+    shape = torch.broadcast_shapes(self_.shape, mask.shape)  # at::infer_size inside the formula
+    result = torch.zeros(shape).masked_scatter(mask, grad)  # masked_select_backward on physical tensors
+    return _sum_to(_sum_to(result, seen.shape), x.shape)  # autograd: to what was seen, then expand's backward
+
+
+def emulate_index_fill(ns: dict, fixed: bool) -> torch.Tensor:
+    """``index_fill_int_tensor_batch_rule(_impl)`` with a batched value: ``ensure_has_bdim``
+    expands an unbatched self (every batch entry is the same memory), then a per-entry loop
+    fills each ``select(0, i)`` in place, so the last entry's value wins everywhere. The fix
+    materializes the expanded self (``clone``) before the loop, as the non-loop path already does."""
+    dim, values = ns["dim"], ns["values"]
+    batch = values.shape[0]
+    if "xs" in ns:
+        self_ = ns["xs"].clone()
+    else:
+        self_ = ns["x"].clone().expand(batch, *ns["x"].shape)  # clone, then ensure_has_bdim
+        if fixed:
+            self_ = self_.clone()
+    index_ = ns["indices"] if "indices" in ns else ns["index"].expand(batch, *ns["index"].shape)
+    for i in range(batch):
+        self_.select(0, i).index_fill_(dim, index_.select(0, i), values.select(0, i))
+    return self_
