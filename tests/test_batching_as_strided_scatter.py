@@ -387,3 +387,190 @@ def test_functionalized_vjp_of_targets_matches_the_loop_with_no_fallback(target_
     assert passed == list(target_samples)
     assert needed, "no sample needed the rule: the target no longer exercises it"
     print(f"\n{len(passed)} samples pass; {len(needed)} need the rule: {', '.join(needed)}")
+
+
+# ------------------------------------------------------------------------------ batch-last operands
+# Functionalization turns torch's CopySlices backward into new_empty_strided(base) -> aten::copy
+# (the cotangent) -> as_strided / as_strided_scatter at the base's absolute geometry. Upstream
+# `copy` (native/Copy.cpp) keeps dst's strides and storage offset; a copy rule that returns src's
+# layout instead is right while everything is batched at dim 0 and silently wrong for a cotangent
+# batched at its last dim (per-sample strides (..., B)): circular pad's vjp mismatched the loop.
+from funcbwd.strategies.traced_backward import TracedBackward  # noqa: E402
+
+ATEN_COPY = torch.ops.aten.copy.default
+OPERAND_DIMS = (0, -1, None)
+# every (dst/self dim, src dim) pair with a batch-last operand
+BATCH_LAST_PAIRS = [(a, b) for a in OPERAND_DIMS for b in OPERAND_DIMS
+                    if -1 in (a, b) and (a, b) != (None, None)]
+READ_VIEWS = [((2, 2), (4, 1), 5), ((3,), (5,), 0), ((12,), (1,), 0), ((2, 3), (1, 4), 1)]
+
+
+def _operand(dim, seed: int, shape=(3, 4)) -> torch.Tensor:
+    g = _gen(seed)
+    if dim is None:
+        return torch.randn(shape, generator=g)
+    return torch.randn((B, *shape), generator=g).movedim(0, dim).contiguous()  # physically there
+
+
+def _sample(t: torch.Tensor, dim, i: int) -> torch.Tensor:
+    return t if dim is None else t.select(dim, i)
+
+
+def _shift(t: torch.Tensor, dim, i: int) -> int:
+    """vmap's as_strided frame of sample i: shifted by i * batch stride (none if unbatched)."""
+    return 0 if dim is None else i * t.stride(dim)
+
+
+def _old_copy_kernel(self, src, non_blocking=False):
+    """The previous aten::copy rule: src's values in src's layout (dst's strides dropped)."""
+    return src.to(dtype=self.dtype, device=self.device).expand(self.shape).clone()
+
+
+def _copy_then_read(dst, dd, src, sd, size, stride, off):
+    f = lambda d, s: ATEN_COPY(d, s).as_strided(size, stride, off)  # noqa: E731
+    return vmap(f, in_dims=(dd, sd))(dst, src)
+
+
+def _copy_then_read_loop(dst, dd, src, sd, size, stride, off):
+    return torch.stack([ATEN_COPY(_sample(dst, dd, i), _sample(src, sd, i))
+                        .as_strided(size, stride, off + _shift(dst, dd, i)) for i in range(B)])
+
+
+@pytest.mark.parametrize("dd, sd", BATCH_LAST_PAIRS)
+def test_copy_rule_keeps_dst_layout_for_batch_last_operands(dd, sd):
+    """vmap(aten::copy) then as_strided at absolute geometry == upstream copy per sample, for
+    each batch-last (dst, src) pair and each read-back view; the previous rule (src's layout)
+    fails at least one view of every pair."""
+    from funcbwd.batching.copy import batched_copy_rule as rule
+    dst, src = _operand(dd, 20), _operand(sd, 21)
+    old_failed = []
+    for size, stride, off in READ_VIEWS:
+        expected = _copy_then_read_loop(dst, dd, src, sd, size, stride, off)
+        with rule(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            values = vmap(ATEN_COPY, in_dims=(dd, sd))(dst, src)
+            read = _copy_then_read(dst, dd, src, sd, size, stride, off)
+        assert _fallbacks(caught) == []
+        assert torch.equal(values, torch.stack([_sample(src, sd, i) for i in range(B)]))
+        assert torch.equal(read, expected), (dd, sd, size, stride, off)
+        with internals.scoped_aten_kernel("copy", _old_copy_kernel, "FuncTorchBatched"):
+            old = _copy_then_read(dst, dd, src, sd, size, stride, off)
+        if not torch.equal(old, expected):
+            old_failed.append((size, stride, off))
+    assert old_failed, f"the previous copy rule passed every view of {(dd, sd)}"
+
+
+@pytest.mark.parametrize("sd", [-1, 0])
+def test_copy_rule_keeps_a_transposed_dense_dst_layout(sd):
+    """A dense dst whose samples are transposed (the rule's no-scatter path) keeps its strides."""
+    from funcbwd.batching.copy import batched_copy_rule as rule
+    dst = torch.randn(B, 4, 3, generator=_gen(22)).transpose(1, 2)  # (B, 3, 4), strides (12, 1, 3)
+    src = _operand(sd, 23)
+    with rule():  # the values (a wrong stride order garbles them) and the storage order
+        values = vmap(ATEN_COPY, in_dims=(0, sd))(dst, src)
+    assert torch.equal(values, torch.stack([_sample(src, sd, i) for i in range(B)]))
+    for size, stride, off in READ_VIEWS:
+        expected = _copy_then_read_loop(dst, 0, src, sd, size, stride, off)
+        with rule():
+            assert torch.equal(_copy_then_read(dst, 0, src, sd, size, stride, off), expected)
+    with internals.scoped_aten_kernel("copy", _old_copy_kernel, "FuncTorchBatched"):
+        old = _copy_then_read(dst, 0, src, sd, (2, 2), (4, 1), 5)
+    assert not torch.equal(old, _copy_then_read_loop(dst, 0, src, sd, (2, 2), (4, 1), 5))
+
+
+@pytest.mark.parametrize("dd, sd", BATCH_LAST_PAIRS)
+def test_copy_then_scatter_then_read_with_batch_last_operands(dd, sd):
+    """The CopySlices chain, both rules: copy(dst, src) -> as_strided_scatter(.., v) -> as_strided
+    at the same geometry, every batch-last combination of dst/src (and of the written value),
+    against torch's unbatched ops per sample."""
+    dst, src, val = _operand(dd, 30), _operand(sd, 31), _operand(sd, 32, (2, 2))
+    size, stride, off = (2, 2), (4, 1), 5
+
+    def chain(d, s, v):
+        c = ATEN_COPY(d, s)
+        return torch.as_strided_scatter(c, v, size, stride, off).as_strided((3, 4), (4, 1), 0)
+
+    expected = torch.stack([
+        torch.as_strided_scatter(ATEN_COPY(_sample(dst, dd, i), _sample(src, sd, i)),
+                                 _sample(val, sd, i), size, stride, off + _shift(dst, dd, i))
+        .as_strided((3, 4), (4, 1), _shift(dst, dd, i)) for i in range(B)])
+    with _both_rules():
+        out = vmap(chain, in_dims=(dd, sd, sd))(dst, src, val)
+    assert torch.equal(out, expected), (dd, sd)
+
+
+def test_copy_rule_broadcasts_casts_and_clones_an_overlapping_dst():
+    dst = torch.randn(B, 3, 1, generator=_gen(40)).expand(B, 3, 4)  # overlaps itself
+    src = torch.randn(4, B, dtype=torch.float64, generator=_gen(41))  # batch-last, broadcast
+    from funcbwd.batching.copy import batched_copy_rule as rule
+    with rule():
+        out = vmap(ATEN_COPY, in_dims=(0, -1))(dst, src)
+        read = vmap(lambda d, s: ATEN_COPY(d, s).as_strided((2, 2), (4, 1), 5),
+                    in_dims=(0, -1))(dst, src)
+    per = [ATEN_COPY(dst[i], src[:, i]) for i in range(B)]
+    assert out.dtype == torch.float32 and torch.equal(out, torch.stack(per))
+    # upstream clones an overlapping dst contiguously (offset 0): no per-sample shift
+    assert torch.equal(read, torch.stack([e.as_strided((2, 2), (4, 1), 5) for e in per]))
+    with pytest.raises(RuntimeError, match="does not broadcast"):
+        with rule():
+            vmap(ATEN_COPY, in_dims=(0, 0))(torch.randn(B, 4), torch.randn(B, 2, 4))
+
+
+def _batch_last_target(op, sample, seed, rules, copy_kernel=None):
+    """(vmap over batch-last cotangents of the functionalized vjp, the per-sample loop)."""
+    vjp_fn, cts = _functionalized_vjp(op, sample, seed)
+    last = cts.movedim(0, -1).contiguous()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(rules())
+        if copy_kernel is not None:
+            stack.enter_context(internals.scoped_aten_kernel("copy", copy_kernel,
+                                                             "FuncTorchBatched"))
+        result = vmap(functionalize(vjp_fn), in_dims=-1)(last)[0]
+    loop = torch.stack([vjp_fn(last[..., i])[0] for i in range(B)])
+    return result, loop
+
+
+def test_functionalized_vjp_of_targets_over_batch_last_cotangents(target_samples):
+    """The real target at cotangent dim -1 (where the coverage sweep found circular pad wrong):
+    every sample equals the per-sample loop; with the previous copy rule some pad samples don't."""
+    old_wrong = []
+    for seed, (key, (op, sample)) in enumerate(target_samples.items()):
+        result, loop = _batch_last_target(op, sample, seed, _both_rules)
+        torch.testing.assert_close(result, loop, msg=key)
+        assert not torch.equal(loop[0], loop[1]) or loop.abs().sum() == 0, key
+        old, _ = _batch_last_target(op, sample, seed, batched_as_strided_scatter_rule,
+                                    _old_copy_kernel)
+        if not torch.allclose(old, loop):
+            old_wrong.append(key)
+    assert any(k.startswith("nn.functional.pad.circular") for k in old_wrong), old_wrong
+    print(f"\n{len(target_samples)} samples pass at cotangent dim -1; the previous copy rule "
+          f"got {len(old_wrong)} wrong: {', '.join(old_wrong)}")
+
+
+def test_traced_backward_over_batch_last_cotangents():
+    """traced_backward traces on contiguous cotangents; as_strided_scatter's backward reads
+    grad.contiguous() (a no-op when traced, so not in the graph) through absolute strides. A
+    batch-last cotangent must reach the graph in the traced layout."""
+    g = _gen(50)
+    x, src = torch.randn(3, 3, generator=g), torch.randn(2, 2, generator=g)
+    f = lambda a, b: (torch.as_strided_scatter(a, b, (2, 2), (1, 2), 0),)  # noqa: E731
+    _, vjp_fn = TracedBackward().vjp(f, x, src)
+    _, ref_fn = vjp(f, x, src)
+    cts = torch.randn(3, 3, B, generator=g)
+    loops = [torch.stack([ref_fn((cts[..., i],))[k] for i in range(B)]) for k in range(2)]
+    with _both_rules():
+        got = vmap(vjp_fn, in_dims=-1)((cts,))
+    for k in range(2):
+        assert torch.equal(got[k], loops[k]), k
+    # the mutation: the graph run on the batch-last cotangent as is reads the wrong elements
+    gm = _trace_graph(f, x, src)
+    with _both_rules():
+        raw = vmap(lambda c: tuple(gm(c)), in_dims=-1)(cts)
+    assert not torch.equal(raw[1], loops[1])
+
+
+def _trace_graph(f, *primals):
+    from funcbwd.strategies.traced_backward import trace_backward
+    out, vjp_fn = vjp(f, *primals)
+    gm, _ = trace_backward(vjp_fn, tuple(torch.zeros_like(o) for o in out))
+    return gm

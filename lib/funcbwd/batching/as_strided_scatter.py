@@ -200,6 +200,15 @@ def as_strided_scatter_batch_rule(info: Any, in_dims: Sequence[int | None], self
 
     fr = _frames(self, self_bdim)
     offset = fr.base if storage_offset is None else int(storage_offset)
+    return write_through_view(fr, src_b, size, stride, offset, B), 0
+
+
+def write_through_view(fr: Frames, src_b: torch.Tensor, size: Sequence[int], stride: Sequence[int],
+                       offset: int, B: int) -> torch.Tensor:
+    """``(B, *fr.shape)``: each sample's private copy of its frame with ``src_b[i]`` written
+    through the view ``(size, stride, offset)``, seen with the sample's own strides and storage
+    offset (batch-major frames). Also the body of the ``aten::copy`` rule
+    (:mod:`funcbwd.batching.copy`), which writes through ``self``'s own geometry."""
     end = view_end(size, stride, offset)
     _check_bounds(fr, size, stride, offset, end)
     width = max(fr.base + fr.data.shape[-1], end or 0)
@@ -218,8 +227,12 @@ def as_strided_scatter_batch_rule(info: Any, in_dims: Sequence[int | None], self
     else:
         written = frames.index_copy(1, _flat_positions(size, stride, offset),
                                     src_b.reshape(B, -1)).contiguous()
-    out = written.as_strided((B, *fr.shape), (width, *fr.strides), fr.base)
-    return out, 0
+    return written.as_strided((B, *fr.shape), (width, *fr.strides), fr.base)
+
+
+def frames_of(self: torch.Tensor, bdim: int | None) -> Frames:
+    """``self`` (physical, batch dim ``bdim`` or None) as one private frame per sample."""
+    return _frames(self, bdim)
 
 
 # ------------------------------------------------------------------------------ scope

@@ -114,6 +114,10 @@ class TracedBackward(Strategy):
             gm, report = graphs[key]
             provenance.record(self.name, GRAPH, True,
                               f"{len(gm.graph.nodes)} nodes, {report.count} copies elided")
-            return tuple(gm(*cts))
+            # The graph holds the traced cotangents' layout (contiguous): its as_strided nodes
+            # read absolute strides, and `grad.contiguous()` was a no-op when traced, so it is not
+            # in the graph. A cotangent batched at another dim than 0 is per-sample
+            # non-contiguous: give the graph the layout it was traced for.
+            return tuple(gm(*(c.contiguous() for c in cts)))
 
         return out, traced_vjp_fn
