@@ -231,6 +231,5 @@ def test_report_renders_offline_in_chromium(built, tmp_path):
         OUTPUT.mkdir(parents=True, exist_ok=True)
         heat.scroll_into_view_if_needed()
         page.screenshot(path=str(OUTPUT / "report_matrix.png"))
-        page.screenshot(path=str(OUTPUT / "report_full.png"), full_page=True)
     assert not fetched, f"the report tried to fetch: {fetched}"
     assert not errors, f"JavaScript errors: {errors}"
