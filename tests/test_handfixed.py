@@ -28,7 +28,7 @@ from funcbwd.run.runner import run as run_cell
 TEST_OPS = ("masked_select", "clamp", "diag", "index_select", "topk", "prod", "mode", "sort")
 #: the legacy corpus this module's HANDFIXED table covers (other groups carry their own handfixed)
 CORPUS = [n for g in ("test", "extended", "negative_control") for n in funcbwd.op_names(g)
-          if getattr(funcbwd.get_op(n), "kind", "backward") == "backward"]
+          if funcbwd.get_op(n).kind == "backward"]
 HANDFIXED_OPS = [n for n in CORPUS if handfixed_formula(funcbwd.get_op(n)) is not None]
 
 

@@ -52,21 +52,16 @@ registration. Outside, vmap raises torch's error again.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from funcbwd import internals
+from funcbwd.batching.scope import ScopedRule
 
 OP = "aten::as_strided_scatter"
 
-_LOCK = threading.Lock()
-_DEPTH = 0
-_STACK: contextlib.ExitStack | None = None
 
 
 # ------------------------------------------------------------------------------ geometry
@@ -236,26 +231,8 @@ def frames_of(self: torch.Tensor, bdim: int | None) -> Frames:
 
 
 # ------------------------------------------------------------------------------ scope
-@contextlib.contextmanager
-def batched_as_strided_scatter_rule() -> Iterator[None]:
-    """Give ``aten::as_strided_scatter`` a vmap rule for the block (re-entrant; removed when the
-    outermost block exits, also on error)."""
-    global _DEPTH, _STACK
-    with _LOCK:
-        if _DEPTH == 0:
-            stack = contextlib.ExitStack()
-            stack.enter_context(internals.scoped_vmap_rule(OP, as_strided_scatter_batch_rule))
-            _STACK = stack
-        _DEPTH += 1
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _DEPTH -= 1
-            if _DEPTH == 0 and _STACK is not None:
-                stack, _STACK = _STACK, None
-                stack.close()
+_SCOPED = ScopedRule(OP, as_strided_scatter_batch_rule)
 
-
-def as_strided_scatter_rule_active() -> bool:
-    return _DEPTH > 0
+#: Give ``aten::as_strided_scatter`` a vmap rule for the block (re-entrant; removed when the outermost block exits, also on error).
+batched_as_strided_scatter_rule = _SCOPED.scope
+as_strided_scatter_rule_active = _SCOPED.active

@@ -29,21 +29,16 @@ registration. ``traced`` removes the same fallback differently: its FX pass elid
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from funcbwd import internals
+from funcbwd.batching.scope import ScopedRule
 from funcbwd.batching import as_strided_scatter as ass
 
 OP = "aten::copy"
 
-_LOCK = threading.Lock()
-_DEPTH = 0
-_STACK: contextlib.ExitStack | None = None
 
 
 def copy_batch_rule(info: Any, in_dims: Sequence[int | None], self: torch.Tensor,
@@ -71,26 +66,8 @@ def copy_batch_rule(info: Any, in_dims: Sequence[int | None], self: torch.Tensor
     return ass.write_through_view(fr, src_b, fr.shape, fr.strides, fr.base, B), 0
 
 
-@contextlib.contextmanager
-def batched_copy_rule() -> Iterator[None]:
-    """Give ``aten::copy`` a vmap rule for the block (re-entrant; removed when the outermost
-    block exits, also on error)."""
-    global _DEPTH, _STACK
-    with _LOCK:
-        if _DEPTH == 0:
-            stack = contextlib.ExitStack()
-            stack.enter_context(internals.scoped_vmap_rule(OP, copy_batch_rule))
-            _STACK = stack
-        _DEPTH += 1
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _DEPTH -= 1
-            if _DEPTH == 0 and _STACK is not None:
-                stack, _STACK = _STACK, None
-                stack.close()
+_SCOPED = ScopedRule(OP, copy_batch_rule)
 
-
-def copy_rule_active() -> bool:
-    return _DEPTH > 0
+#: Give ``aten::copy`` a vmap rule for the block (re-entrant; removed when the outermost block exits, also on error).
+batched_copy_rule = _SCOPED.scope
+copy_rule_active = _SCOPED.active

@@ -364,7 +364,7 @@ def formula_args_for(op, sample, grads: tuple | None = None) -> tuple:
     formula is a forward-mode rule, which takes tangents)."""
     with torch.no_grad():
         outs = op.outputs_tuple(op.torch_op(*sample.args))
-    if grads is None and getattr(op, "kind", "backward") == "jvp":
+    if grads is None and op.kind == "jvp":
         grads = tuple(torch.ones_like(sample.args[p]) for p in sample.diff)
     if grads is None:
         grads = tuple(torch.ones_like(outs[i]) for i in op.diff_outputs)

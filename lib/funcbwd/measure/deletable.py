@@ -104,7 +104,7 @@ class Cells:
 def _record(c: Any) -> dict[str, Any]:
     return {"sample": c.sample, "scenario": c.scenario, "status": c.status, "reason": c.reason,
             "message": c.message, "fallback_ops": list(c.fallback_ops), "seconds": round(c.seconds, 3),
-            "mechanism": getattr(c, "mechanism", ""), "mechanism_ran": getattr(c, "mechanism_ran", None)}
+            "mechanism": c.mechanism, "mechanism_ran": c.mechanism_ran}
 
 
 def judge(cells: Cells, spec: OpSpec, strategy: str | Strategy, samples: Sequence[Sample],
@@ -134,7 +134,7 @@ def judge(cells: Cells, spec: OpSpec, strategy: str | Strategy, samples: Sequenc
                 problems.append(f"fails {where} ({c.reason}: {c.message})")
             elif c.status == "pass":
                 extra = sorted(set(c.fallback_ops) - set(base.fallback_ops))
-                ran = getattr(c, "mechanism_ran", None)
+                ran = c.mechanism_ran
                 if ran is False and cells.run("plain", smp, sc).status != "pass":
                     problems.append(f"{get_strategy(strategy).name}'s mechanism did not run in {where} "
                                     f"({getattr(c, 'mechanism', '') or 'nothing recorded'})")

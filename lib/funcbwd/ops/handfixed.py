@@ -365,7 +365,7 @@ HANDFIXED: dict[str, Callable[..., Any]] = {
 def handfixed_formula(spec: Any) -> Callable[..., Any] | None:
     """The handfixed formula for ``spec`` (an :class:`funcbwd.OpSpec`): ``spec.handfixed`` when the
     spec carries one, else the entry of :data:`HANDFIXED` for ``spec.name``, else None."""
-    own = getattr(spec, "handfixed", None)
+    own = spec.handfixed
     if own is not None:
         return own
-    return HANDFIXED.get(getattr(spec, "name", None))
+    return HANDFIXED.get(spec.name)

@@ -43,7 +43,7 @@ class Scenario:
     def not_applicable(self, op: OpSpec, strategy: Strategy) -> str | None:
         """Why this scenario cannot run ``op`` under ``strategy``, or None."""
         # [forward scenarios] a scenario runs the formulas of one op kind only
-        if getattr(op, "kind", "backward") != self.formula_kind:
+        if op.kind != self.formula_kind:
             return (f"{self.name} runs {self.formula_kind} formulas; {op.name}'s formula is a "
                     f"{op.kind} formula (see funcbwd.run.forward_scenarios)")
         if self.needs_jvp and strategy.runs_legacy_op and op.jvp is None:

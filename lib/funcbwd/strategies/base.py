@@ -69,7 +69,7 @@ class Strategy:
     def not_applicable(self, op: "OpSpec", scenario: str) -> str | None:
         """A reason this strategy cannot apply to ``op`` in ``scenario``, or None (base: the
         op's formula kind must be one of :attr:`formula_kinds`; overrides call this first)."""
-        kind = getattr(op, "kind", "backward")
+        kind = op.kind
         if kind in self.formula_kinds:
             return None
         return (f"{self.name} acts on {' and '.join(self.formula_kinds)} formulas only; "

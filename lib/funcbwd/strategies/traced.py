@@ -34,8 +34,8 @@ import torch.fx
 
 from funcbwd import internals
 from funcbwd.errors import first_line
-from funcbwd.fx.formula_graphs import (  # noqa: F401 - FlatArgs & co. re-exported for callers
-    FlatArgs, FormulaGraph, build, flatten_args, formula_args_for, positional_key, trace_formula)
+from funcbwd.fx.formula_graphs import (FlatArgs, FormulaGraph, build, flatten_args,
+                                       formula_args_for, positional_key)
 from funcbwd.strategies import provenance
 from funcbwd.strategies.base import Strategy
 from funcbwd.strategies.per_formula import functionalize_under_vmap
