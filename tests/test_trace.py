@@ -9,7 +9,7 @@ import pytest
 from funcbwd import cli, internals
 from funcbwd.observe import trace as T
 from funcbwd.errors import UnknownNameError
-from funcbwd.strategies import available, get_strategy
+from funcbwd.strategies import get_strategy
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +97,6 @@ def _walk(nodes):
 
 # ------------------------------------------------------------------------------ traced
 def test_traced_runs_the_graph_without_fallback():
-    if "traced" not in available():
-        pytest.skip("the traced strategy module (funcbwd/strategies/traced.py) does not exist")
     tr = T.trace("diag", "traced", "vmap_cotangents")
     assert tr.status == "pass" and tr.failing_event is None
     assert tr.fallback_ops == []
