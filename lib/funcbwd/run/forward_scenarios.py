@@ -73,7 +73,7 @@ def vmap_jvp(case: Case) -> tuple[tuple, tuple]:
     tangents = _tangents(s, case.batch, case.seed + 700)
     with case.strategy_part():
         f = bind(op, st, s.args, s.diff)
-        actual = vmap(lambda *t: jvp(f, primals, t)[1])(*tangents)
+        actual = st.transform(vmap(lambda *t: jvp(f, primals, t)[1]))(*tangents)
     expected = stack_loop([loop_jvp(op, st.reference(), s.args, s.diff, [t[b] for t in tangents])
                            for b in range(case.batch)])
     return tuple(actual), expected
@@ -120,7 +120,7 @@ def jacfwd_scenario(case: Case) -> tuple[tuple, tuple]:
     s, st = case.sample, case.strategy
     x = s.args[s.diff[0]]
     with case.strategy_part():
-        actual = jacfwd(_outputs_of_first_arg(case.op, st, s))(x)
+        actual = st.transform(jacfwd(_outputs_of_first_arg(case.op, st, s)))(x)
     return tuple(actual), _loop_jacfwd(case, x)
 
 
@@ -168,7 +168,7 @@ def jacrev_jacfwd(case: Case) -> tuple[tuple, tuple]:
     w = _weights(case)
     with case.strategy_part():
         h = _outputs_of_first_arg(case.op, st, s)
-        actual = jacrev(jacfwd(lambda y: (h(y)[0] * w).sum()))(x)
+        actual = st.transform(jacrev(jacfwd(lambda y: (h(y)[0] * w).sum())))(x)
     return (actual,), (_loop_hessian(case, x, w),)
 
 

@@ -144,9 +144,12 @@ def vmap_cotangents(case: Case) -> tuple[tuple, tuple]:
     shapes = output_shapes(op, s)
     cts = tuple(_randn((case.batch, *sh), case.seed + 100 + i, s.args[s.diff[0]].dtype)
                 for i, sh in enumerate(shapes))
-    with case.strategy_part():
+    def composed(*c: torch.Tensor) -> tuple:
         _, vjp_fn = st.vjp(bind(op, st, s.args, s.diff), *primals)
-        actual = vmap(lambda *c: vjp_fn(c))(*cts)
+        return vmap(lambda *ci: vjp_fn(ci))(*c)
+
+    with case.strategy_part():
+        actual = st.transform(composed)(*cts)
     expected = stack_loop([loop_vjp(op, st.reference(), s.args, s.diff, [c[b] for c in cts])
                            for b in range(case.batch)])
     return tuple(actual), expected
@@ -203,7 +206,7 @@ def vmap_over_in_dims(case: Case, extras: Sequence[torch.Tensor],
             return transform(full_args(xs), xs[len(tpos):])
 
         with case.strategy_part():
-            actual = vmap(h, in_dims=in_dims)(*batched)
+            actual = case.strategy.transform(vmap(h, in_dims=in_dims))(*batched)
         loop = []
         for b in range(case.batch):
             xs = [slice_arg(a, b, d) for a, d in zip(batched, in_dims)]
@@ -229,11 +232,16 @@ def vjp_of_vjp(case: Case) -> tuple[tuple, tuple]:
         _, vjp_fn = st.vjp(bind(op, st, s.args, s.diff), *xs[:k])
         return vjp_fn(tuple(xs[k:]))
 
+    inner_shapes = [p.shape for p in primals]  # g1 returns one grad per primal
+    cts2 = tuple(_randn((case.batch, *sh), case.seed + 400 + j, dtype)
+                 for j, sh in enumerate(inner_shapes))
+
+    def composed(*c: torch.Tensor) -> tuple:
+        _, vjp2 = st.vjp(g1, *primals, *cts1)
+        return vmap(lambda *ci: vjp2(ci))(*c)
+
     with case.strategy_part():
-        inner, vjp2 = st.vjp(g1, *primals, *cts1)
-        cts2 = tuple(_randn((case.batch, *i.shape), case.seed + 400 + j, dtype)
-                     for j, i in enumerate(inner))
-        actual = vmap(lambda *c: vjp2(c))(*cts2)
+        actual = st.transform(composed)(*cts2)
 
     ref = st.reference()
     with ref.active(), torch.enable_grad():
@@ -273,7 +281,7 @@ def grad_inside_vmap(case: Case) -> tuple[tuple, tuple]:
         return st.grad(loss, argnums=tuple(range(k)))(*xs[:k])
 
     with case.strategy_part():
-        actual = vmap(h)(*primals, *cts)
+        actual = st.transform(vmap(h))(*primals, *cts)
     loop = []
     for b in range(case.batch):
         full = list(s.args)
@@ -317,7 +325,7 @@ def jacrev(case: Case) -> tuple[tuple, tuple]:
     s, st = case.sample, case.strategy
     x = s.args[s.diff[0]]
     with case.strategy_part():
-        actual = st.jacrev(_single(case.op, st, s, s.diff[0]))(x)
+        actual = st.transform(st.jacrev(_single(case.op, st, s, s.diff[0])))(x)
     return (actual,), (_loop_jac_ref(case, x, 1),)
 
 
@@ -325,7 +333,7 @@ def jacrev_jacrev(case: Case) -> tuple[tuple, tuple]:
     s, st = case.sample, case.strategy
     x = s.args[s.diff[0]]
     with case.strategy_part():
-        actual = st.jacrev(st.jacrev(_single(case.op, st, s, s.diff[0])))(x)
+        actual = st.transform(st.jacrev(st.jacrev(_single(case.op, st, s, s.diff[0]))))(x)
     return (actual,), (_loop_jac_ref(case, x, 2),)
 
 
@@ -333,7 +341,7 @@ def jacfwd_jacrev(case: Case) -> tuple[tuple, tuple]:
     s, st = case.sample, case.strategy
     x = s.args[s.diff[0]]
     with case.strategy_part():
-        actual = jacfwd(st.jacrev(_single(case.op, st, s, s.diff[0])))(x)
+        actual = st.transform(jacfwd(st.jacrev(_single(case.op, st, s, s.diff[0]))))(x)
     return (actual,), (_loop_jac_ref(case, x, 2),)
 
 
@@ -342,7 +350,7 @@ def vmap_jacrev(case: Case) -> tuple[tuple, tuple]:
     x = s.args[s.diff[0]]
     (xb,) = [stacked(e, 0) for e in case.entries([x], [s.diff[0]])]
     with case.strategy_part():
-        actual = vmap(st.jacrev(_single(case.op, st, s, s.diff[0])))(xb)
+        actual = st.transform(vmap(st.jacrev(_single(case.op, st, s, s.diff[0]))))(xb)
     expected = torch.stack([_loop_jac_ref(case, xb[b], 1) for b in range(case.batch)])
     return (actual,), (expected,)
 

@@ -66,6 +66,12 @@ class Strategy:
     def jacrev(self, fn: Callable, argnums: Any = 0) -> Callable:
         return torch.func.jacrev(fn, argnums=argnums)
 
+    def transform(self, composed: Callable[..., Any]) -> Callable[..., Any]:
+        """The callable a scenario runs for its strategy part: ``composed(*inputs)`` is the whole
+        transform call (e.g. ``vmap`` over ``vjp_fn``); a strategy may wrap it (``compiled``
+        returns ``torch.compile(composed)``). Default: ``composed`` itself."""
+        return composed
+
     def not_applicable(self, op: "OpSpec", scenario: str) -> str | None:
         """A reason this strategy cannot apply to ``op`` in ``scenario``, or None (base: the
         op's formula kind must be one of :attr:`formula_kinds`; overrides call this first)."""
