@@ -19,7 +19,7 @@ import torch
 from funcbwd import internals
 from funcbwd.errors import BadInputError
 from funcbwd.ops import registry
-from funcbwd.run import entries, runner, scenarios
+from funcbwd.run import entries, runner, scenario
 from funcbwd.strategies.per_formula import PerFormula
 
 BATCH = 3
@@ -122,6 +122,6 @@ def test_with_repeated_entries_the_mutant_would_pass(monkeypatch):
         return [[v * (1.0 + b / 4.0) if v.is_floating_point() else v.clone() for b in range(batch)]
                 for v in values]
 
-    monkeypatch.setattr(scenarios, "distinct_entries", repeated)
+    monkeypatch.setattr(scenario, "distinct_entries", repeated)
     for op in ("index_select", "topk"):
         assert runner.run(op, "vmap_all_args", Entry0Indices()).status == "pass"

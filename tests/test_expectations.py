@@ -29,7 +29,7 @@ def cells(test_ops_matrix):
 def test_cell_matches_the_reviewed_expectation(cells, strategy, op, scenario):
     e = TABLE[strategy, op, scenario]
     c = cells[op, scenario, strategy]
-    got = (c["status"], c["reason"] if c["status"] == "fail" else "", c["mechanism_ran"])
+    got = (c["status"], c["reason"] if c["status"] != "pass" else "", c["mechanism_ran"])
     assert got == (e.status, e.reason, e.mechanism_ran), f"{e.why or 'expected a pass'}; got {c}"
 
 
@@ -41,7 +41,7 @@ def test_the_table_covers_exactly_the_matrix(cells):
 def test_every_exception_says_why():
     for key, e in TABLE.items():
         assert e.status in STATUSES and (e.reason in REASONS)
-        assert (e.status == "fail") == bool(e.reason), key
+        assert (e.status == "fail") <= bool(e.reason) and (e.status != "pass" or not e.reason), key
         if e.status != "pass" or not e.mechanism_ran:
             assert e.why.strip(), f"{key}: a non-pass or plain-path pass needs a why"
 

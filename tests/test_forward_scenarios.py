@@ -17,8 +17,7 @@ from torch.func import jacfwd, jacrev
 import funcbwd
 from funcbwd.ops import legacy_ops, live_jvp, registry
 from funcbwd.run import matrix, runner
-from funcbwd.run.forward_scenarios import ALL_SCENARIOS, FORWARD_SCENARIO_NAMES, scenarios_for
-from funcbwd.run.scenarios import SCENARIO_NAMES
+from funcbwd.run.scenarios import BACKWARD_NAMES, FORWARD_NAMES, SCENARIOS, names_for
 from funcbwd.strategies import provenance
 from funcbwd.strategies.per_formula import PerFormula
 
@@ -107,7 +106,7 @@ class ScaledUnderVmap(PerFormula):
         return _scaled(out) if internals.vmap_active() else out
 
 
-@pytest.mark.parametrize("scenario", FORWARD_SCENARIO_NAMES)
+@pytest.mark.parametrize("scenario", FORWARD_NAMES)
 def test_each_forward_scenario_catches_a_strategy_wrong_under_vmap(scenario):
     op = "live_rms_norm_rstd_jvp_1"
     good = runner.run(op, scenario, "per_formula")
@@ -141,10 +140,10 @@ def test_forward_over_reverse_cannot_see_the_jvp_formula_so_it_does_not_apply():
 
 # ------------------------------------------------------------------------------ applicability
 def test_scenarios_and_strategies_apply_by_formula_kind():
-    assert scenarios_for(["backward"]) == list(SCENARIO_NAMES)
-    assert scenarios_for(["jvp"]) == list(FORWARD_SCENARIO_NAMES)
+    assert names_for(["backward"]) == list(BACKWARD_NAMES)
+    assert names_for(["jvp"]) == list(FORWARD_NAMES)
     jvp_op, bw_op = registry.get_op("live_logsumexp_jvp_1"), registry.get_op("live_take_backward_1")
-    for name, sc in ALL_SCENARIOS.items():
+    for name, sc in SCENARIOS.items():
         for op in (jvp_op, bw_op):
             reason = sc.not_applicable(op, funcbwd.get_strategy("traced"))
             assert (reason is None) == (sc.formula_kind == op.kind), (name, op.name, reason)
@@ -164,7 +163,7 @@ def test_live_ops_are_opt_in_and_the_matrix_default_is_unchanged():
     assert set(registry.TEST_OPS) <= set(defaults)
     assert len(registry.op_names("live")) == 43 and "live" in registry.groups()
     cells = matrix.run_matrix(["live_rms_norm_rstd_jvp_1"], strategies=["handfixed"], samples="first")
-    assert [c.scenario for c in cells] == list(FORWARD_SCENARIO_NAMES)
+    assert [c.scenario for c in cells] == list(FORWARD_NAMES)
     assert all(c.status == "pass" for c in cells), [(c.scenario, c.message) for c in cells]
 
 

@@ -95,4 +95,4 @@ def test_table_and_csv_forms_render(records):
     results = cell_records.from_records(records)
     table = matrix.format_table(results)
     assert "plain" in table.splitlines()[0] and "FAIL" in table
-    assert cell_records.to_csv(results).splitlines()[0].startswith("op,sample,scenario,strategy,status")
+    assert cell_records.to_csv(results).splitlines()[0].startswith("op,sample,scenario,strategy,dtype,status")

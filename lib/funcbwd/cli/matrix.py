@@ -16,7 +16,7 @@ def _choices(kind: str, names: dict[str, str]) -> str:
 def epilog() -> str:
     """The valid ops, scenarios and strategies with one line each (imports the library)."""
     from funcbwd.ops import registry
-    from funcbwd.run.forward_scenarios import ALL_SCENARIOS as SCENARIOS
+    from funcbwd.run.scenarios import SCENARIOS
     from funcbwd.strategies import available, get_strategy
 
     return "\n\n".join([

@@ -6,7 +6,7 @@ Each live site (docs/live-sites.md; ops of group "live": 24 backward and 12 jvp 
 counted) is judged per candidate strategy (``traced``, ``per_formula``): its op's ``formula`` is
 the site's **fast path alone**, run through the strategy in every applicable scenario (backward
 ops: the 8 backward scenarios; jvp ops: the forward-mode ones of
-:mod:`funcbwd.run.forward_scenarios`), every sample, each cell compared with its per-sample loop by
+:mod:`funcbwd.run.forward`), every sample, each cell compared with its per-sample loop by
 :func:`funcbwd.run.runner.run` (batched args take distinct entries: :mod:`funcbwd.run.entries`).
 The same cells run under ``handfixed`` (the hand-written out-of-place path) as the baseline.
 
@@ -55,8 +55,8 @@ from funcbwd.ops import live_backward, live_jvp
 from funcbwd.ops.live_common import COMMIT, Site
 from funcbwd.ops.registry import OpSpec, Sample, get_op
 from funcbwd.run import runner
-from funcbwd.run.forward_scenarios import scenarios_for
-from funcbwd.run.scenarios import bind, output_shapes
+from funcbwd.run.scenarios import names_for
+from funcbwd.run.scenario import bind, output_shapes
 from funcbwd.strategies import Strategy, get_strategy
 from funcbwd.measure import timing
 
@@ -236,7 +236,7 @@ def site_row(site: Site, strategies: Sequence[str] = CANDIDATES, *, samples: str
     the applicable ones, for quick runs; default all)."""
     spec = get_op(site.op_name)
     smps = spec.samples() if samples == "all" else spec.samples()[:1]
-    applicable = scenarios_for([spec.kind])
+    applicable = names_for([spec.kind])
     scenarios = applicable if scenarios is None else [sc for sc in applicable if sc in scenarios]
     cells = Cells(spec.name)
     judged = {st: judge(cells, spec, st, smps, scenarios) for st in strategies}

@@ -63,7 +63,11 @@ def pick_sentence(pick: str, d: Mapping[str, Any], others: Sequence[Mapping[str,
     over = {"all": "all samples", "first": "the first sample of each op"}.get(samples, "some samples")
     parts = [f"Pick `{pick}`: over {over}, "
              f"it fixes {d['fixes']} of the {d['plain_failures']} cells where the legacy formula fails"]
-    parts.append(", with no wrong result" if d["wrong"] == 0 else f", with {d['wrong']} WRONG results")
+    own = d["wrong"] - d.get("wrong_inherited", 0)
+    inherited = d.get("wrong_inherited", 0)
+    parts.append((", with no wrong result" if own == 0 else f", with {own} WRONG results")
+                 + (f" of its own ({inherited} more cells inherit the legacy formula's own error)"
+                    if inherited else ""))
     if d.get("leaks") is not None:
         parts.append(f", leaves no state behind after {d['checked']} raising backwards" if d["leaks"] == 0
                      else f", leaks state after {d['leaks']} of {d['checked']} raising backwards")
@@ -169,6 +173,19 @@ def notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if within:
         out.append(f"The negative vmap-off costs of {_names(within)} are within the run's spread "
                    "(noise).")
+    inherited = {r["strategy"]: r["details"]["wrong_inherited"] for r in rows
+                 if r.get("details", {}).get("wrong_inherited")}
+    if inherited:
+        counts = sorted(set(inherited.values()))
+        which = ", ".join(f"{n} of {_names([s for s, k in inherited.items() if k == n])}'s"
+                          for n in counts)
+        clean = [r["strategy"] for r in rows if r["strategy"] not in inherited
+                 and r["strategy"] in ("builtin", "handfixed")]
+        out.append("Wrong results count cells whose result differs from torch's own gradient "
+                   f"(computed per sample with torch.func); {which} are the legacy formula's own "
+                   "error (it is wrong there: the result agrees with its per-sample loop, reason "
+                   "legacy_wrong), which every strategy running it inherits"
+                   + (f" and {_names(clean)} {'does' if len(clean) == 1 else 'do'} not." if clean else "."))
     unused = [r["strategy"] for r in rows if r.get("details", {}).get("without_mechanism")]
     if unused:
         out.append(f"{_names(unused)} also pass cells without their own mechanism running (ok* in the "

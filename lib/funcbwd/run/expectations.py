@@ -16,7 +16,7 @@ import dataclasses
 from typing import Any, Iterable
 
 from funcbwd.ops.registry import TEST_OPS
-from funcbwd.run.scenarios import SCENARIO_NAMES
+from funcbwd.run.scenarios import BACKWARD_NAMES as SCENARIO_NAMES
 
 STRATEGIES = ("plain", "builtin", "handfixed", "composite", "hooks", "whole", "per_formula", "traced")
 #: the strategies that run a legacy formula through functionalization
@@ -29,8 +29,9 @@ ALL = "*"
 
 @dataclasses.dataclass(frozen=True)
 class Expected:
-    """A cell's expected ``status``, failure ``reason`` (fail only), ``mechanism_ran``, and ``why``
-    (required for every non-pass and every pass without the mechanism)."""
+    """A cell's expected ``status``, ``reason`` (required for a fail; for a mismatch, e.g.
+    ``legacy_wrong``), ``mechanism_ran``, and ``why`` (required for every non-pass and every pass
+    without the mechanism)."""
 
     status: str = "pass"
     reason: str = ""
@@ -55,10 +56,11 @@ _SAVED_EXPAND = ("zeros_like(input.expand(...)) is built from a saved, non-funct
                  "masked_scatter_ of the functional grad into it asserts in functionalization")
 _FIRST_BACKWARD_OUTSIDE = ("the first backward runs outside vmap (formula as written); the vmapped "
                            "second backward differentiates the formula's recorded out-of-place ops")
-_PROD_REFERENCE_WRONG = ("the reference is wrong, not handfixed: for >= 2 zeros the legacy formula "
-                         "returns zeros_like(input) (no graph), so its second derivative is 0 where "
-                         "prod's Hessian is not; handfixed equals torch.func.hessian(torch.prod) "
-                         "(sample 'full, two zeros')")
+_PROD_LEGACY_WRONG = ("the legacy formula is wrong here, not the strategy: for >= 2 zeros it returns "
+                      "zeros_like(input) (no graph), so its second derivative is 0 where prod's "
+                      "Hessian is not (sample 'full, two zeros'); the strategy agrees with the "
+                      "formula's per-sample loop, torch's own gradient disagrees with both "
+                      "(handfixed and builtin pass)")
 
 #: (strategies, ops, scenarios, expected): later rules override earlier ones; ALL matches all.
 RULES: list[tuple[Any, Any, Any, Expected]] = [
@@ -89,9 +91,6 @@ RULES: list[tuple[Any, Any, Any, Expected]] = [
     (["builtin"], ["masked_select"], JACOBIANS, _fail(
         "other", "the same torch bug with a batch other than 3 (jacrev's one-hot rows): a size "
         "mismatch error (sample 'input (4,) broadcast to mask 3x4')")),
-    # ---- handfixed: core's modern out-of-place formula in Python
-    (["handfixed"], ["prod"], ["vjp_of_vjp", "jacrev_jacrev", "jacfwd_jacrev"],
-     Expected("mismatch", "", True, _PROD_REFERENCE_WRONG)),
     # ---- composite
     (["composite"], ["prod"], ["grad_inside_vmap"], _fail(
         "data_dependent", "input needs grad under the grad level above vmap, so the Autograd "
@@ -125,6 +124,12 @@ RULES: list[tuple[Any, Any, Any, Expected]] = [
         "back to per_formula, which passes with the input unbatched")),
     (["traced"], ["prod"], PRIMAL_BATCHING, _fail(
         "data_dependent", "untraceable, so the per_formula fallback runs, and " + _NONZERO, ran=False)),
+    # ---- the legacy formula itself is wrong (checked against torch's own gradient): every
+    # strategy that runs it inherits the error; mechanism_ran as the rules above say
+    *[([st], ["prod"], [sc], Expected("mismatch", "legacy_wrong", ran, _PROD_LEGACY_WRONG))
+      for st, sc, ran in [(st, sc, st in ("plain", "whole") or (sc != "vjp_of_vjp" and st != "traced"))
+                          for st in ("plain", *FUNCTIONALIZING)
+                          for sc in ("vjp_of_vjp", "jacrev_jacrev", "jacfwd_jacrev")]],
 ]
 
 
@@ -159,7 +164,7 @@ def differences(summary: dict[tuple[str, str, str], dict[str, Any]]) -> list[str
         if e is None:
             out.append(f"{st} {op} {sc}: no reviewed expectation")
             continue
-        got = (cell["status"], cell["reason"] if cell["status"] == "fail" else "", cell["mechanism_ran"])
+        got = (cell["status"], cell["reason"] if cell["status"] != "pass" else "", cell["mechanism_ran"])
         want = (e.status, e.reason, e.mechanism_ran)
         if got != want:
             out.append(f"{st} {op} {sc}: got {got}, expected {want} ({e.why or 'pass'})")

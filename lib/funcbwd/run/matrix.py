@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 from funcbwd.errors import parse_names
 from funcbwd.ops import registry
 from funcbwd.run.runner import CellResult, run
-from funcbwd.run.forward_scenarios import ALL_SCENARIO_NAMES, scenarios_for
+from funcbwd.run.scenarios import SCENARIO_NAMES, names_for
 from funcbwd.strategies import available
 
 
@@ -25,8 +25,8 @@ def run_matrix(ops: Iterable[str] | None = None, scenarios: Iterable[str] | None
     # [forward scenarios] None: every scenario that runs the formula kind of some chosen op
     ops = (registry.op_names() if ops is None
            else parse_names("op", ops, registry.op_names(include_opt_in=True)))
-    scenarios = (scenarios_for({registry.get_op(o).kind for o in ops}) if scenarios is None
-                 else parse_names("scenario", scenarios, ALL_SCENARIO_NAMES))
+    scenarios = (names_for({registry.get_op(o).kind for o in ops}) if scenarios is None
+                 else parse_names("scenario", scenarios, SCENARIO_NAMES))
     strategies = parse_names("strategy", strategies, available())
     results = []
     for op in ops:

@@ -20,6 +20,9 @@ REASONS = {
     "no_batch_rule": "an op with no batching rule that cannot use vmap's per-sample fallback",
     "leaked_state": "the strategy left functorch/dispatch state changed",
     "no_jvp": "no forward-mode (jvp) rule",
+    "mutated_input": "the strategy changed a tensor the caller owns (eager autograd does not)",
+    "reference_failed": "the per-sample loop (the reference) raised: nothing to compare with",
+    "legacy_wrong": "agrees with the legacy formula's loop, which disagrees with torch's own gradient",
     "other": "other error",
     "": "",
 }
@@ -34,6 +37,8 @@ def fallback_ops(caught: Iterable[warnings.WarningMessage]) -> list[str]:
 
 def classify(exc: BaseException) -> str:
     """The :data:`REASONS` key for a failure, read from the exception's message."""
+    if type(exc).__name__ == "ReferenceFailed":
+        return "reference_failed"
     msg = str(exc)
     if "inplace arithmetic" in msg or re.search(r"vmap: \S+_\(self, \*extra_args\) is not possible", msg):
         return "vmap_inplace"

@@ -35,7 +35,14 @@ def to_csv(results: Sequence[CellResult]) -> str:
 def from_records(records: Iterable[dict[str, Any]]) -> list[CellResult]:
     """Cells from records (unknown keys ignored; missing ones take the field defaults)."""
     fields = {f.name for f in dataclasses.fields(CellResult)}
-    return [CellResult(**{k: v for k, v in rec.items() if k in fields}) for rec in records]
+    out = []
+    for rec in records:
+        kw = {k: v for k, v in rec.items() if k in fields}
+        for k in ("max_abs_err", "max_rel_err", "truth_err"):
+            if kw.get(k) == "inf":
+                kw[k] = float("inf")
+        out.append(CellResult(**kw))
+    return out
 
 
 def stable_records(results: Sequence[CellResult]) -> list[dict]:

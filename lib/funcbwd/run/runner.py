@@ -1,59 +1,85 @@
-"""The cell runner: one op sample in one scenario under one strategy, compared with the
-per-sample loop, classified, with its provenance. Every cell of every table comes from :func:`run`.
+"""The cell runner: one op sample in one scenario under one strategy, checked against two
+references, classified, with its provenance. Every cell of every table comes from :func:`run`.
 
-Provenance: the scenario runs the strategy's own part of the cell inside
-:meth:`funcbwd.run.scenarios.Case.strategy_part` (which opens
-:func:`funcbwd.strategies.provenance.collecting`; the per-sample reference loop runs outside it).
-:func:`run` turns the events the strategy recorded into ``mechanism`` (what ran, distinct texts,
-the mechanism's own first) and ``mechanism_ran`` (any event of this strategy with ``ran=True``).
-A pass with ``mechanism_ran`` False passed without the strategy's mechanism (e.g. the formula ran
-as written because no vmap level was active when it ran).
+For each trial of the scenario (:mod:`funcbwd.run.scenario`; one per in_dims choice, or one):
+
+1. snapshot the caller's tensors (:class:`funcbwd.run.caller.Snapshot`), run the strategy's part
+   (inside :meth:`Case.strategy_part`: provenance collected), then see what it changed;
+2. run the per-sample loop of the formula and torch's own gradient (``truth``), each on fresh
+   copies of the inputs as they were before the call;
+3. compare, measuring the errors against both (:func:`funcbwd.run.compare.compare`, per-dtype
+   tolerances from :mod:`funcbwd.run.tolerances`).
+
+A trial passes when it agrees with torch's truth where the scenario has one (and then the
+loop is only a witness: ``legacy_wrong`` when the loop itself disagrees with the truth, i.e. the
+legacy formula is wrong there), else with the loop. A result that agrees with a wrong legacy
+loop but not with the truth is a ``mismatch`` with reason ``legacy_wrong``. A caller tensor the
+call changed is ``input_mutation``; when eager autograd changes it too
+(:func:`funcbwd.run.caller.eager_changes`: the formula writes into its own args) it is reported as
+the formula's property, otherwise the cell fails with reason ``mutated_input``.
+
+Provenance: :func:`run` turns the events the strategy recorded into ``mechanism`` (what ran,
+distinct texts, the mechanism's own first) and ``mechanism_ran`` (any event of this strategy with
+``ran=True``). A pass with ``mechanism_ran`` False passed without the strategy's mechanism.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import threading
 import time
 import warnings
 from typing import Any, Callable, ContextManager, Sequence
 
+import torch
+
 from funcbwd import internals
 from funcbwd.errors import BadInputError, NotApplicableError, first_line, parse_names
 from funcbwd.ops import registry
-from funcbwd.run.compare import Mismatch, check_close
+from funcbwd.run import caller, tolerances
+from funcbwd.run.compare import Comparison, compare
 from funcbwd.run.outcomes import classify, fallback_ops
-# [forward scenarios] every scenario, backward and forward-mode (funcbwd.run.forward_scenarios)
-from funcbwd.run.forward_scenarios import ALL_SCENARIO_NAMES as SCENARIO_NAMES
-from funcbwd.run.forward_scenarios import ALL_SCENARIOS as SCENARIOS
-from funcbwd.run.scenarios import Case
+from funcbwd.run.scenario import Case, Trial
+from funcbwd.run.scenarios import SCENARIO_NAMES, SCENARIOS
 from funcbwd.strategies import get_strategy
 from funcbwd.strategies.provenance import Event
 
 # warnings.catch_warnings swaps process-global state: cells that capture the fallback warning
 # run one at a time (the strategies themselves are thread-safe; see tests/test_reliability.py).
 _CAPTURE_LOCK = threading.RLock()
-RECORD_KEYS = ("op", "sample", "scenario", "strategy", "status", "reason", "message",
-               "fallback_ops", "seconds", "max_abs_err", "detail", "mechanism", "mechanism_ran",
-               "error_class")
+RECORD_KEYS = ("op", "sample", "scenario", "strategy", "dtype", "status", "reason", "message",
+               "fallback_ops", "seconds", "max_abs_err", "max_rel_err", "truth_err",
+               "legacy_wrong", "input_mutation", "tolerance", "detail", "mechanism",
+               "mechanism_ran", "error_class")
 
 
 @dataclasses.dataclass
 class CellResult:
-    """One computed cell. ``status`` is pass / fail / mismatch / not_applicable; ``mechanism``
-    says what of the strategy ran, ``mechanism_ran`` whether its own mechanism acted."""
+    """One computed cell. ``status`` is pass / fail / mismatch / not_applicable. Errors are
+    measured (None only where no comparison ran): ``max_abs_err`` / ``max_rel_err`` against the
+    per-sample loop of the formula, ``truth_err`` against torch's own gradient (None where the
+    scenario or op has no truth). ``input_mutation``: None, or the caller tensors the call changed
+    (``tensor``, ``max_abs_change``, ``eager_too``). ``mechanism`` says what of the strategy ran,
+    ``mechanism_ran`` whether its own mechanism acted."""
 
     op: str
     sample: str
     scenario: str
     strategy: str
     status: str
+    dtype: str = ""
     reason: str = ""
     message: str = ""
     fallback_ops: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    truth_err: float | None = None
+    legacy_wrong: bool = False
+    input_mutation: list[dict[str, Any]] | None = None
+    tolerance: str = ""
     detail: str = ""
     error_class: str = ""
     mechanism: str = ""
@@ -62,6 +88,9 @@ class CellResult:
     def record(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in RECORD_KEYS}
         d["seconds"] = round(self.seconds, 4)
+        for k in ("max_abs_err", "max_rel_err", "truth_err"):
+            v = d[k]
+            d[k] = None if v is None else ("inf" if math.isinf(v) else float(f"{v:.3g}"))
         return d
 
     @property
@@ -84,41 +113,162 @@ def mechanism_of(strategy: str, events: Sequence[Event]) -> tuple[str, bool]:
     return text, bool(ran)
 
 
-def run(op: str | registry.OpSpec, scenario: str, strategy: Any, sample: str | registry.Sample | None = None,
-        *, batch: int | None = None,
+@dataclasses.dataclass
+class TrialOutcome:
+    """What one trial measured (see the module docstring)."""
+
+    vs_loop: Comparison
+    vs_truth: Comparison | None
+    legacy_wrong: bool
+    changes: list[caller.Change]
+    truth_note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return (self.vs_truth or self.vs_loop).ok and not self.mutated
+
+    @property
+    def mutated(self) -> bool:
+        return any(not c.eager_too for c in self.changes)
+
+
+class ReferenceFailed(RuntimeError):
+    """The per-sample loop (the reference), not the strategy, raised."""
+
+
+def _eager_changes_for(case: Case) -> Callable[[], dict[str, float]]:
+    memo: dict[str, dict[str, float]] = {}
+
+    def get() -> dict[str, float]:
+        if "v" not in memo:
+            memo["v"] = caller.eager_changes(case.op, case.sample, case.reference)
+        return memo["v"]
+
+    return get
+
+
+def run_trial(case: Case, trial: Trial, tol: Callable[[torch.dtype], tolerances.Tolerance],
+              eager: Callable[[], dict[str, float]]) -> TrialOutcome:
+    """One trial: the strategy's call on the caller's tensors, then both references on fresh
+    copies. Raises what the strategy's call raises."""
+    snap = caller.Snapshot.of(trial.inputs)
+    with case.strategy_part():
+        actual = tuple(trial.call())
+    changes = snap.changes()
+    if changes:
+        # the results may alias a changed caller tensor (a formula returning its grad): keep them
+        actual = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in actual)
+        known = eager()
+        changes = [dataclasses.replace(c, eager_too=c.tensor in known) for c in changes]
+        snap.restore()  # later trials and the references see the caller's values
+    try:
+        expected = tuple(trial.loop(snap.fresh()))
+    except Exception as e:  # noqa: BLE001 - not the strategy's failure: the reference's
+        raise ReferenceFailed(f"the per-sample loop raised {type(e).__name__}: "
+                              f"{first_line(str(e), 160)}") from e
+    truth, note = None, ""
+    if trial.truth is not None:
+        try:
+            truth = tuple(trial.truth(snap.fresh()))
+        except Exception as e:  # noqa: BLE001 - torch's own composition cannot run: say so
+            note = f"torch's own gradient unavailable: {type(e).__name__}: {first_line(str(e), 160)}"
+    vs_loop = compare(actual, expected, tol)
+    vs_truth = compare(actual, truth, tol) if truth is not None else None
+    legacy_wrong = truth is not None and not compare(expected, truth, tol).ok
+    return TrialOutcome(vs_loop, vs_truth, legacy_wrong, changes, note)
+
+
+def _cast(sample: registry.Sample, dtype: torch.dtype | None) -> registry.Sample:
+    if dtype is None:
+        return sample
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise BadInputError(f"dtype must be a floating torch.dtype (e.g. torch.float64), got {dtype!r}")
+    args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                 for a in sample.args)
+    return dataclasses.replace(sample, args=args)
+
+
+def _fill(result: CellResult, outcomes: list[TrialOutcome]) -> None:
+    """The cell's measured errors and verdict from its trials (the first failing one decides)."""
+    loop = Comparison.worst([o.vs_loop for o in outcomes])
+    truths = [o.vs_truth for o in outcomes if o.vs_truth is not None]
+    truth = Comparison.worst(truths) if len(truths) == len(outcomes) else None
+    if loop is not None:
+        result.max_abs_err, result.max_rel_err = loop.max_abs_err, loop.max_rel_err
+        result.tolerance = loop.tolerance
+    result.truth_err = truth.max_abs_err if truth is not None else None
+    result.legacy_wrong = any(o.legacy_wrong for o in outcomes)
+    changes = [c for o in outcomes for c in o.changes]
+    result.input_mutation = [c.record() for c in changes] or None
+    notes = [o.truth_note for o in outcomes if o.truth_note]
+    bad = next((o for o in outcomes if not o.ok), None)
+    if bad is None:
+        if notes:
+            result.message = notes[0]
+        return
+    if bad.mutated:
+        c = next(c for c in bad.changes if not c.eager_too)
+        result.status, result.reason = "fail", "mutated_input"
+        result.message = (f"changed the caller's {c.tensor} by up to {c.max_abs_change:.3g} "
+                          "(eager autograd does not)")
+        return
+    result.status = "mismatch"
+    cmp = bad.vs_truth or bad.vs_loop
+    if bad.vs_truth is not None and bad.vs_loop.ok and bad.legacy_wrong:
+        result.reason = "legacy_wrong"
+        result.message = f"agrees with the legacy formula, which is wrong here: {cmp.detail}"
+    else:
+        against = "torch's own gradient" if bad.vs_truth is not None else "the per-sample loop"
+        result.message = f"vs {against}: {cmp.detail}"
+
+
+def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
+        sample: str | registry.Sample | None = None, *, batch: int | None = None,
+        dtype: torch.dtype | None = None,
         around: Callable[[], ContextManager[Any]] | None = None) -> CellResult:
-    """Run one cell and compare it with the per-sample loop.
+    """Run one cell against its references (see the module docstring).
 
     ``strategy`` is a name or a :class:`funcbwd.strategies.Strategy` instance (tests pass
-    deliberately broken variants). ``around`` (an observer, e.g. the trace recorder) is entered
-    around the scenario itself."""
+    deliberately broken variants). ``dtype`` casts the sample's floating args (default: as the
+    sample has them). ``around`` (an observer, e.g. the trace recorder) is entered around the
+    scenario itself."""
     spec = op if isinstance(op, registry.OpSpec) else registry.get_op(op)
     parse_names("scenario", [scenario], SCENARIO_NAMES)
     st = get_strategy(strategy)
-    smp = sample if isinstance(sample, registry.Sample) else spec.sample(sample)
+    smp = _cast(sample if isinstance(sample, registry.Sample) else spec.sample(sample), dtype)
     registry.validate_sample(spec, smp)
-    result = CellResult(spec.name, smp.name, scenario, st.name, "pass")
+    result = CellResult(spec.name, smp.name, scenario, st.name, "pass",
+                        dtype=str(smp.args[smp.diff[0]].dtype).removeprefix("torch."))
     reason = st.not_applicable(spec, scenario) or SCENARIOS[scenario].not_applicable(spec, st)
     if reason:
-        result.status, result.reason, result.message = "not_applicable", "", reason
+        result.status, result.message = "not_applicable", reason
         return result
     if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
         raise BadInputError(f"batch must be a positive int (the vmap batch size), got {batch!r}")
     case = Case(spec, smp, st, **({"batch": batch} if batch is not None else {}))
+    tol = lambda dt: tolerances.tolerance(dt, spec.name, scenario)  # noqa: E731
+    eager = _eager_changes_for(case)
+    outcomes: list[TrialOutcome] = []
+    label = ""
     start = time.perf_counter()
     before = internals.dispatch_state()
     with _CAPTURE_LOCK, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             with around() if around else contextlib.nullcontext():
-                actual, expected = SCENARIOS[scenario].run(case)
-                check_close(actual, expected, case.detail)
+                trials = SCENARIOS[scenario].trials(case)
+                for trial in trials:
+                    label = trial.label
+                    outcomes.append(run_trial(case, trial, tol, eager))
+                    if not outcomes[-1].ok:
+                        break
+            _fill(result, outcomes)
+            if result.status == "pass":
+                label = f"{len(trials)} in_dims choices" if len(trials) > 1 else ""
         except NotApplicableError as e:
             result.status, result.message = "not_applicable", str(e)
-        except Mismatch as e:
-            result.status, result.max_abs_err = "mismatch", e.max_abs_err
-            result.message = str(e)
         except Exception as e:  # noqa: BLE001 - every failure is a classified cell
+            _fill(result, outcomes)  # the trials before it were measured
             result.status, result.reason = "fail", classify(e)
             result.error_class, result.message = type(e).__name__, first_line(str(e))
     after = internals.dispatch_state()
@@ -129,9 +279,7 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any, sample: str | r
         result.message = f"left transform state changed: {before.describe_difference(after)}"
         internals.restore_stack_depth(before.depth)
     result.seconds = time.perf_counter() - start
-    result.detail = case.detail
+    result.detail = label
     result.fallback_ops = fallback_ops(caught)
     result.mechanism, result.mechanism_ran = mechanism_of(st.name, case.events)
-    if result.status == "pass":
-        result.max_abs_err = 0.0 if result.max_abs_err is None else result.max_abs_err
     return result

@@ -11,7 +11,13 @@ summarize`). For each strategy a cell is exactly one of:
 * ``without_mechanism``: the strategy passes but its mechanism did not run in every sample (it
   passed on the plain path: no evidence for the strategy at all);
 * ``not_passing``: the strategy fails or mismatches;
-* ``no_plain``: the strategy passes with its mechanism but ``plain`` has no applicable result.
+* ``no_plain``: the strategy passes with its mechanism but ``plain`` has no applicable result;
+* ``formula_wrong``: the strategy passes where ``plain`` is wrong because the legacy formula
+  itself is (mismatch ``legacy_wrong``: wrong per sample, not a transform failure): only a strategy
+  that does not run the legacy formula (handfixed, builtin) gets here; not a fix.
+
+"Plain fails" (:func:`plain_fails`) means under the transform: a failure, or a result that differs
+from torch's own gradient for another reason than the formula's own error.
 """
 
 from __future__ import annotations
@@ -21,7 +27,12 @@ from typing import Any, Sequence
 from funcbwd.run.matrix import passed_without_mechanism, summarize
 from funcbwd.run.runner import CellResult
 
-KINDS = ("fixes", "also_plain", "without_mechanism", "not_passing", "no_plain")
+KINDS = ("fixes", "also_plain", "without_mechanism", "not_passing", "no_plain", "formula_wrong")
+
+
+def plain_fails(cell: dict[str, Any]) -> bool:
+    """A summarized plain cell that fails under the transform (see the module docstring)."""
+    return cell["status"] == "fail" or (cell["status"] == "mismatch" and cell["reason"] != "legacy_wrong")
 
 
 def fixes_over_plain(results: Sequence[CellResult]) -> dict[str, dict[str, list[tuple[str, str]]]]:
@@ -31,7 +42,8 @@ def fixes_over_plain(results: Sequence[CellResult]) -> dict[str, dict[str, list[
     strategies = list(dict.fromkeys(r.strategy for r in results))
     out: dict[str, dict[str, list[tuple[str, str]]]] = {st: {k: [] for k in KINDS} for st in strategies}
     for (op, sc, st), cell in summary.items():
-        plain = summary.get((op, sc, "plain"), {"status": "not_applicable"})["status"]
+        plain_cell = summary.get((op, sc, "plain"), {"status": "not_applicable", "reason": ""})
+        plain = plain_cell["status"]
         if cell["status"] == "not_applicable":
             continue
         if cell["status"] != "pass":
@@ -40,8 +52,10 @@ def fixes_over_plain(results: Sequence[CellResult]) -> dict[str, dict[str, list[
             kind = "without_mechanism"
         elif plain == "pass":
             kind = "also_plain"
-        elif plain in ("fail", "mismatch"):
+        elif plain_fails(plain_cell):
             kind = "fixes"
+        elif plain == "mismatch":
+            kind = "formula_wrong"
         else:
             kind = "no_plain"
         out[st][kind].append((op, sc))

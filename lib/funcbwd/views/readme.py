@@ -56,7 +56,8 @@ def strategies_markdown(results: Sequence[CellResult]) -> str:
     scenarios = list(dict.fromkeys(r.scenario for r in results))
     lines.append("")
     lines.append(f"_Generated from `data/matrix-test-ops.json`: {len(ops)} ops x {len(scenarios)} "
-                 f"scenarios, {len(results)} sample runs, each compared with a per-sample loop. "
+                 f"scenarios, {len(results)} sample runs, each compared with a per-sample loop and with "
+                 "torch's own gradient (per-dtype tolerances; `max_abs_err`, `truth_err` in the data). "
                  "Regenerate with `python tools/update_readme.py`._")
     return "\n".join(lines)
 

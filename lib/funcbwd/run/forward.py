@@ -2,17 +2,15 @@
 "jvp"``: the formula under study is the op's forward-mode rule, run by the legacy op's ``jvp``
 through the active strategy).
 
-Same contract as :mod:`funcbwd.run.scenarios`: a scenario returns ``(actual, expected)`` as flat
-tuples of tensors; the strategy's own part runs inside :meth:`Case.strategy_part`, the per-sample
-reference outside it. The reference is the strategy's ``reference()`` (the plain legacy op: the
-formula as written) run unbatched under *plain* forward-mode AD (``torch.autograd.forward_ad``
-dual tensors, no ``torch.func`` transform), one batch entry or one basis direction at a time.
+Same contract as :mod:`funcbwd.run.backward`. The loop reference is the strategy's
+``reference()`` (the plain legacy op: the formula as written) run unbatched under *plain*
+forward-mode AD (``torch.autograd.forward_ad`` dual tensors, no ``torch.func`` transform), one
+batch entry or one basis direction at a time; the truth is torch's own op under ``torch.func``.
 
 * ``vmap_jvp``: ``vmap`` over a batch of tangents (distinct seeded random entries), primals
   unbatched: the hazard of a fast path whose in-place target is primal-only.
 * ``vmap_jvp_all_args``: primals, the other tensor args and the tangents batched, with distinct
-  per-entry values (:func:`funcbwd.run.entries.distinct_entries`), for each in_dims choice of
-  PyTorch's test_vmapvjp (as ``vmap_all_args``): the hazard of a target that is tangent-only.
+  per-entry values, for each in_dims choice of PyTorch's test_vmapvjp (as ``vmap_all_args``).
 * ``jacfwd``: ``jacfwd`` (vmap over one-hot tangents) of every differentiable output w.r.t. the
   first differentiable arg.
 * ``jacrev_jacfwd``: reverse over forward (the Hessian of the first differentiable output
@@ -22,10 +20,6 @@ dual tensors, no ``torch.func`` transform), one batch entry or one basis directi
   ``jacfwd_jacrev`` for jvp-kind ops: forward over reverse differentiates the *backward* (torch's
   own for these ops) and discards the output tangents the formula computes, so it would pass a
   wrong formula (checked in tests/test_forward_scenarios.py); it is not applicable to them.
-
-:data:`ALL_SCENARIOS` is every scenario, backward (``scenarios.SCENARIOS``) and forward
-(:data:`FORWARD_SCENARIOS`); the runner looks scenarios up there. A scenario runs the formula of
-one kind (``Scenario.formula_kind``); for an op of the other kind it is not applicable.
 """
 
 from __future__ import annotations
@@ -36,21 +30,10 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch.func import jacfwd, jacrev, jvp, vmap
 
-from funcbwd.ops.registry import OpSpec, Sample
-from funcbwd.run.scenarios import (SCENARIOS, Case, Scenario, bind, stack_loop,
-                                   vmap_over_in_dims)
+from funcbwd.ops.registry import OpSpec
+from funcbwd.run.scenario import (Case, Scenario, Trial, bind, bind_callable, per_in_dims,
+                                  stack_loop, torch_bind, with_args)
 from funcbwd.strategies import Strategy, get_strategy
-
-
-def _randn(shape: Sequence[int], seed: int, dtype: torch.dtype) -> torch.Tensor:
-    return torch.randn(tuple(shape), generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
-
-def _tangents(s: Sample, batch: int | None, seed: int) -> tuple[torch.Tensor, ...]:
-    """Seeded random tangents of the sample's differentiable args (with a leading batch dim)."""
-    lead = () if batch is None else (batch,)
-    return tuple(_randn((*lead, *s.args[p].shape), seed + j, s.args[p].dtype)
-                 for j, p in enumerate(s.diff))
 
 
 def loop_jvp(op: OpSpec, ref: Strategy, args: Sequence[Any], diff: Sequence[int],
@@ -65,38 +48,60 @@ def loop_jvp(op: OpSpec, ref: Strategy, args: Sequence[Any], diff: Sequence[int]
                      for o, t in zip(outs, tans))
 
 
+def torch_jvp(op: OpSpec, args: Sequence[Any], diff: Sequence[int],
+              tangents: Sequence[torch.Tensor]) -> tuple:
+    """One unbatched jvp of torch's own op through ``torch.func`` (the truth body)."""
+    return tuple(jvp(torch_bind(op, args, diff), tuple(args[p] for p in diff),
+                     tuple(t.clone() for t in tangents))[1])
+
+
+def _tangents(case: Case, batch: int | None, offset: int) -> list[torch.Tensor]:
+    """Seeded random tangents of the sample's differentiable args (with a leading batch dim)."""
+    lead = () if batch is None else (batch,)
+    s = case.sample
+    return [case.randn((*lead, *s.args[p].shape), offset + j) for j, p in enumerate(s.diff)]
+
+
+def _split(case: Case, xs: list) -> tuple[list, list]:
+    tpos = case.sample.tensor_positions()
+    return with_args(case.sample, tpos, xs[:len(tpos)]), xs[len(tpos):]
+
+
 # ------------------------------------------------------------------------------ the scenarios
-def vmap_jvp(case: Case) -> tuple[tuple, tuple]:
+def vmap_jvp(case: Case) -> list[Trial]:
     """vmap over a batch of tangents of ``jvp(f, primals, tangents)``; primals unbatched."""
     op, s, st = case.op, case.sample, case.strategy
+    tangents = _tangents(case, case.batch, 700)
+    inputs = case.arg_inputs() + [(f"tangent {i}", t) for i, t in enumerate(tangents)]
     primals = tuple(s.args[p] for p in s.diff)
-    tangents = _tangents(s, case.batch, case.seed + 700)
-    with case.strategy_part():
+
+    def call() -> tuple:
         f = bind(op, st, s.args, s.diff)
-        actual = st.transform(vmap(lambda *t: jvp(f, primals, t)[1]))(*tangents)
-    expected = stack_loop([loop_jvp(op, st.reference(), s.args, s.diff, [t[b] for t in tangents])
-                           for b in range(case.batch)])
-    return tuple(actual), expected
+        return tuple(st.transform(vmap(lambda *t: jvp(f, primals, t)[1]))(*tangents))
+
+    def per_sample(body: Callable) -> Callable:
+        def run(xs: list) -> tuple:
+            args, t = _split(case, xs)
+            return stack_loop([body(args, [ti[b] for ti in t]) for b in range(case.batch)])
+        return run
+
+    return [Trial("", inputs, call,
+                  per_sample(lambda a, t: loop_jvp(op, case.reference, a, s.diff, t)),
+                  per_sample(lambda a, t: torch_jvp(op, a, s.diff, t)))]
 
 
-def vmap_jvp_all_args(case: Case) -> tuple[tuple, tuple]:
+def vmap_jvp_all_args(case: Case) -> list[Trial]:
     """Every tensor arg (primals and the others) and the tangents batched with distinct entries,
-    for each in_dims choice; the first choice that fails or mismatches is reported."""
+    one trial per in_dims choice."""
     op, s, st = case.op, case.sample, case.strategy
-    base_tangents = list(_tangents(s, None, case.seed + 800))
+    tangents = [(f"tangent {i}", t) for i, t in enumerate(_tangents(case, None, 800))]
 
-    def transform(full: list, tangents: Sequence[torch.Tensor]) -> tuple:
-        f = bind(op, st, full, s.diff)
-        return jvp(f, tuple(full[p] for p in s.diff), tuple(tangents))[1]
+    def transform(full: list, t: Sequence[torch.Tensor]) -> tuple:
+        return jvp(bind(op, st, full, s.diff), tuple(full[p] for p in s.diff), tuple(t))[1]
 
-    return vmap_over_in_dims(case, base_tangents, transform,
-                             lambda full, tangents: loop_jvp(op, st.reference(), full, s.diff, tangents))
-
-
-def _outputs_of_first_arg(op: OpSpec, st: Strategy, s: Sample) -> Callable:
-    """h(x) -> the differentiable outputs, as a function of the first differentiable arg only."""
-    f = bind(op, st, s.args, [s.diff[0]])
-    return lambda x: f(x)
+    return per_in_dims(case, tangents, transform,
+                       lambda full, t: loop_jvp(op, case.reference, full, s.diff, t),
+                       lambda full, t: torch_jvp(op, full, s.diff, t))
 
 
 def _basis(x: torch.Tensor, i: int) -> torch.Tensor:
@@ -105,23 +110,35 @@ def _basis(x: torch.Tensor, i: int) -> torch.Tensor:
     return e.reshape(x.shape)
 
 
-def _loop_jacfwd(case: Case, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def _loop_jacfwd(case: Case, args: list, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The forward-mode Jacobian of every differentiable output, one basis tangent at a time."""
-    s, ref = case.sample, case.strategy.reference()
+    s, ref = case.sample, case.reference
     others = list(s.diff[1:])
-    cols = [loop_jvp(case.op, ref, s.args, [s.diff[0]] + others,
-                     [_basis(x, i)] + [torch.zeros_like(s.args[p]) for p in others])
+    cols = [loop_jvp(case.op, ref, args, [s.diff[0]] + others,
+                     [_basis(x, i)] + [torch.zeros_like(args[p]) for p in others])
             for i in range(x.numel())]
     return tuple(torch.stack([c[k] for c in cols], dim=cols[0][k].dim()).reshape(*cols[0][k].shape, *x.shape)
                  for k in range(len(cols[0])))
 
 
-def jacfwd_scenario(case: Case) -> tuple[tuple, tuple]:
-    s, st = case.sample, case.strategy
-    x = s.args[s.diff[0]]
-    with case.strategy_part():
-        actual = st.transform(jacfwd(_outputs_of_first_arg(case.op, st, s)))(x)
-    return tuple(actual), _loop_jacfwd(case, x)
+def jacfwd_scenario(case: Case) -> list[Trial]:
+    op, s, st = case.op, case.sample, case.strategy
+    p = s.diff[0]
+
+    def call() -> tuple:
+        f = bind_callable(op, st.function(op), s.args, [p])
+        return tuple(st.transform(jacfwd(lambda x: f(x)))(s.args[p]))
+
+    def loop(xs: list) -> tuple:
+        args, _ = _split(case, xs)
+        return _loop_jacfwd(case, args, args[p])
+
+    def truth(xs: list) -> tuple:
+        args, _ = _split(case, xs)
+        f = bind_callable(op, op.torch_op, args, [p])
+        return tuple(torch.func.jacfwd(lambda x: f(x))(args[p]))
+
+    return [Trial("", case.arg_inputs(), call, loop, truth)]
 
 
 def hessian_reference(op: OpSpec, st: Strategy) -> Strategy:
@@ -134,14 +151,7 @@ def hessian_reference(op: OpSpec, st: Strategy) -> Strategy:
     return handfixed if handfixed.not_applicable(op, "jacrev_jacfwd") is None else st.reference()
 
 
-def _weights(case: Case) -> torch.Tensor:
-    """The fixed random weights contracting the first differentiable output to a scalar."""
-    s = case.sample
-    shape = bind(case.op, case.strategy.reference(), s.args, s.diff)(*[s.args[p] for p in s.diff])[0].shape
-    return _randn(shape, case.seed + 900, s.args[s.diff[0]].dtype)
-
-
-def _loop_hessian(case: Case, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def _loop_hessian(case: Case, args: list, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Reverse over forward, unbatched, of ``<first output, w>``: for each basis tangent e_i its
     tangent by plain forward AD, then differentiated by plain reverse mode. Shape ``(*x, *x)``,
     as ``jacrev(jacfwd(h))(x)``."""
@@ -151,7 +161,7 @@ def _loop_hessian(case: Case, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         for i in range(x.numel()):
             xr = x.detach().clone().requires_grad_()
             with fwAD.dual_level():
-                out = bind(case.op, ref, s.args, [s.diff[0]])(fwAD.make_dual(xr, _basis(x, i)))[0]
+                out = bind(case.op, ref, args, [s.diff[0]])(fwAD.make_dual(xr, _basis(x, i)))[0]
                 t = fwAD.unpack_dual(out).tangent
             g = None
             if t is not None and t.requires_grad:
@@ -160,19 +170,33 @@ def _loop_hessian(case: Case, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.stack(rows).reshape(*x.shape, *x.shape)
 
 
-def jacrev_jacfwd(case: Case) -> tuple[tuple, tuple]:
+def jacrev_jacfwd(case: Case) -> list[Trial]:
     """The hessian of ``<first differentiable output, w>`` (w fixed, random) by reverse over
     forward; the contraction keeps the loop at one reverse pass per input element."""
-    s, st = case.sample, case.strategy
-    x = s.args[s.diff[0]]
-    w = _weights(case)
-    with case.strategy_part():
-        h = _outputs_of_first_arg(case.op, st, s)
-        actual = st.transform(jacrev(jacfwd(lambda y: (h(y)[0] * w).sum())))(x)
-    return (actual,), (_loop_hessian(case, x, w),)
+    op, s, st = case.op, case.sample, case.strategy
+    p = s.diff[0]
+    with torch.no_grad():
+        shape = op.diff_out(op.torch_op(*s.args))[0].shape
+    w = case.randn(shape, 900)
+    inputs = case.arg_inputs() + [("weights", w)]
+
+    def call() -> tuple:
+        f = bind_callable(op, st.function(op), s.args, [p])
+        return (st.transform(jacrev(jacfwd(lambda y: (f(y)[0] * w).sum())))(s.args[p]),)
+
+    def loop(xs: list) -> tuple:
+        args, (wv,) = _split(case, xs)
+        return (_loop_hessian(case, args, args[p], wv),)
+
+    def truth(xs: list) -> tuple:
+        args, (wv,) = _split(case, xs)
+        f = bind_callable(op, op.torch_op, args, [p])
+        return (torch.func.jacrev(torch.func.jacfwd(lambda y: (f(y)[0] * wv).sum()))(args[p]),)
+
+    return [Trial("", inputs, call, loop, truth)]
 
 
-FORWARD_SCENARIOS: dict[str, Scenario] = {
+FORWARD: dict[str, Scenario] = {
     sc.name: sc
     for sc in [
         Scenario("vmap_jvp", "vmap(jvp) over a batch of tangents, primals unbatched (jvp-kind ops)",
@@ -186,12 +210,3 @@ FORWARD_SCENARIOS: dict[str, Scenario] = {
                  "jvp-kind ops)", jacrev_jacfwd, formula_kind="jvp"),
     ]
 }
-FORWARD_SCENARIO_NAMES = tuple(FORWARD_SCENARIOS)
-#: every scenario, backward then forward-mode: what the runner accepts
-ALL_SCENARIOS: dict[str, Scenario] = {**SCENARIOS, **FORWARD_SCENARIOS}
-ALL_SCENARIO_NAMES = tuple(ALL_SCENARIOS)
-
-
-def scenarios_for(kinds: Sequence[str]) -> list[str]:
-    """The scenario names that run formulas of the given op kinds, in :data:`ALL_SCENARIOS` order."""
-    return [n for n, sc in ALL_SCENARIOS.items() if sc.formula_kind in set(kinds)]
