@@ -17,7 +17,7 @@ from torch.func import jacfwd, vmap
 from funcbwd.ops.registry import OpSpec, Sample
 from funcbwd.run.entries import stacked
 from funcbwd.run.scenario import (Case, Scenario, Trial, bind, bind_callable, loop_vjp,
-                                  output_shapes, per_in_dims, stack_loop, torch_bind, torch_vjp,
+                                  per_in_dims, stack_loop, torch_bind, torch_vjp,
                                   with_args, zeros_for_none)
 from funcbwd.strategies import Strategy
 
@@ -32,7 +32,7 @@ def _split(xs: Sequence[torch.Tensor], case: Case) -> tuple[list, list]:
 def vmap_cotangents(case: Case) -> list[Trial]:
     """vmap(vjp_fn) over a batch of cotangents; the primals unbatched."""
     op, s, st = case.op, case.sample, case.strategy
-    cts = [case.randn((case.batch, *sh), 100 + i) for i, sh in enumerate(output_shapes(op, s))]
+    cts = case.cotangents(100, batched=True)
     inputs = case.arg_inputs() + [(f"cotangent {i}", c) for i, c in enumerate(cts)]
 
     def composed(*c: torch.Tensor) -> tuple:
@@ -54,7 +54,7 @@ def vmap_all_args(case: Case) -> list[Trial]:
     """All tensor args (primals, index/mask/min/max) and cotangents batched, one trial per in_dims
     choice as PyTorch's test_vmapvjp; an unbatched arg is the sample's value (entry 0)."""
     op, s, st = case.op, case.sample, case.strategy
-    cts = [(f"cotangent {i}", case.randn(sh, 200 + i)) for i, sh in enumerate(output_shapes(op, s))]
+    cts = [(f"cotangent {i}", c) for i, c in enumerate(case.cotangents(200, batched=False))]
 
     def transform(full: list, c: Sequence[torch.Tensor]) -> tuple:
         _, vjp_fn = st.vjp(bind(op, st, full, s.diff), *[full[p] for p in s.diff])
@@ -69,8 +69,9 @@ def vjp_of_vjp(case: Case) -> list[Trial]:
     """vmap over the outer cotangent of vjp(g), where g(primals, ct) = vjp(f, primals)(ct)."""
     op, s, st = case.op, case.sample, case.strategy
     k = len(s.diff)
-    cts1 = [case.randn(sh, 300 + i) for i, sh in enumerate(output_shapes(op, s))]
-    cts2 = [case.randn((case.batch, *s.args[p].shape), 400 + j) for j, p in enumerate(s.diff)]
+    cts1 = case.cotangents(300, batched=False)
+    cts2 = [case.randn((case.batch, *s.args[p].shape), 400 + j, s.args[p].dtype)
+            for j, p in enumerate(s.diff)]
     inputs = (case.arg_inputs() + [(f"cotangent {i}", c) for i, c in enumerate(cts1)]
               + [(f"outer cotangent {j}", c) for j, c in enumerate(cts2)])
 
@@ -127,7 +128,7 @@ def grad_inside_vmap(case: Case) -> list[Trial]:
     op, s, st = case.op, case.sample, case.strategy
     k = len(s.diff)
     primals = [stacked(e, 0) for e in case.entries([s.args[p] for p in s.diff], s.diff)]
-    cts = [case.randn((case.batch, *sh), 500 + i) for i, sh in enumerate(output_shapes(op, s))]
+    cts = case.cotangents(500, batched=True)
     others = [p for p in s.tensor_positions() if p not in s.diff]
     inputs = ([(f"arg {p}", x) for p, x in zip(s.diff, primals)] + [(f"arg {p}", s.args[p]) for p in others]
               + [(f"cotangent {i}", c) for i, c in enumerate(cts)])

@@ -75,7 +75,7 @@ def distinct_entries(values: Sequence[torch.Tensor], batch: int, seed: int = 0, 
                 if shape not in perms:
                     perms[shape] = torch.randperm(v.numel(), generator=_generator(seed, b, attempt, shape))
                 cand.append(_generic(v, b, perms[shape], _generator(seed, b, attempt, i)))
-            fresh = all(v.is_floating_point() or not _rearrangeable(v)
+            fresh = all(v.is_floating_point() or v.is_complex() or not _rearrangeable(v)
                         or all(not torch.equal(c, prev) for prev in out[i])
                         for i, (v, c) in enumerate(zip(values, cand)))
             if fresh:

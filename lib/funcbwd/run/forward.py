@@ -59,7 +59,7 @@ def _tangents(case: Case, batch: int | None, offset: int) -> list[torch.Tensor]:
     """Seeded random tangents of the sample's differentiable args (with a leading batch dim)."""
     lead = () if batch is None else (batch,)
     s = case.sample
-    return [case.randn((*lead, *s.args[p].shape), offset + j) for j, p in enumerate(s.diff)]
+    return [case.randn((*lead, *s.args[p].shape), offset + j, s.args[p].dtype) for j, p in enumerate(s.diff)]
 
 
 def _split(case: Case, xs: list) -> tuple[list, list]:

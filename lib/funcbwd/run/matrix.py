@@ -49,7 +49,7 @@ def run_test_ops() -> list[CellResult]:
 
 
 # ------------------------------------------------------------------------------ summaries
-_ORDER = {"fail": 0, "mismatch": 1, "pass": 2, "not_applicable": 3}
+_ORDER = {"fail": 0, "mismatch": 1, "timeout": 2, "pass": 3, "not_applicable": 4}
 
 
 def cell_status(results: Sequence[CellResult]) -> str:
@@ -92,7 +92,7 @@ def passed_without_mechanism(cell: dict[str, Any]) -> bool:
     return cell["status"] == "pass" and not cell["mechanism_ran"]
 
 
-_SYMBOL = {"pass": "ok", "fail": "FAIL", "mismatch": "WRONG", "not_applicable": "n/a"}
+_SYMBOL = {"pass": "ok", "fail": "FAIL", "mismatch": "WRONG", "timeout": "TIME", "not_applicable": "n/a"}
 LEGEND = ("ok* = passed without the strategy's mechanism running in every sample (plain path: "
           "e.g. the formula ran as written outside vmap, or the op was decomposed before its kernel); "
           "+fb = vmap used its slow per-sample fallback; n/r = passed/applicable samples")

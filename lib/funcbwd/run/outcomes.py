@@ -11,7 +11,7 @@ import re
 from typing import Iterable
 import warnings
 
-STATUSES = ("pass", "fail", "mismatch", "not_applicable")
+STATUSES = ("pass", "fail", "mismatch", "timeout", "not_applicable")
 REASONS = {
     "vmap_inplace": "vmap in-place error: an unbatched in-place target received a batched tensor",
     "data_dependent": "data-dependent shape or control flow (.item(), nonzero, masked_select)",

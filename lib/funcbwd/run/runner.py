@@ -52,7 +52,7 @@ _CAPTURE_LOCK = threading.RLock()
 RECORD_KEYS = ("op", "sample", "scenario", "strategy", "dtype", "status", "reason", "message",
                "fallback_ops", "seconds", "max_abs_err", "max_rel_err", "truth_err",
                "legacy_wrong", "input_mutation", "tolerance", "detail", "mechanism",
-               "mechanism_ran", "error_class")
+               "mechanism_ran", "error_class", "trials_run", "trials_total", "entries", "rules")
 
 
 @dataclasses.dataclass
@@ -84,6 +84,13 @@ class CellResult:
     error_class: str = ""
     mechanism: str = ""
     mechanism_ran: bool = False
+    #: trials (in_dims choices) run, of how many; a budget that ran out gives status "timeout"
+    trials_run: int = 0
+    trials_total: int = 0
+    #: "distinct" or "copies" (:attr:`funcbwd.run.scenario.Case.entries_kind`)
+    entries: str = "distinct"
+    #: the scoped vmap rules the strategy ran its backward under (:mod:`funcbwd.batching`)
+    rules: list[str] = dataclasses.field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in RECORD_KEYS}
@@ -167,12 +174,14 @@ def run_trial(case: Case, trial: Trial, tol: Callable[[torch.dtype], tolerances.
         raise ReferenceFailed(f"the per-sample loop raised {type(e).__name__}: "
                               f"{first_line(str(e), 160)}") from e
     truth, note = None, ""
-    if trial.truth is not None:
+    if trial.truth is not None and case.op.formula is not None:
         try:
             truth = tuple(trial.truth(snap.fresh()))
         except Exception as e:  # noqa: BLE001 - torch's own composition cannot run: say so
             note = f"torch's own gradient unavailable: {type(e).__name__}: {first_line(str(e), 160)}"
     vs_loop = compare(actual, expected, tol)
+    if case.op.formula is None:  # no legacy formula: the loop is torch's own gradient already
+        return TrialOutcome(vs_loop, vs_loop, False, changes, note)
     vs_truth = compare(actual, truth, tol) if truth is not None else None
     legacy_wrong = truth is not None and not compare(expected, truth, tol).ok
     return TrialOutcome(vs_loop, vs_truth, legacy_wrong, changes, note)
@@ -224,13 +233,15 @@ def _fill(result: CellResult, outcomes: list[TrialOutcome]) -> None:
 
 def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
         sample: str | registry.Sample | None = None, *, batch: int | None = None,
-        dtype: torch.dtype | None = None,
+        dtype: torch.dtype | None = None, entries: str = "distinct", budget_s: float | None = None,
         around: Callable[[], ContextManager[Any]] | None = None) -> CellResult:
     """Run one cell against its references (see the module docstring).
 
     ``strategy`` is a name or a :class:`funcbwd.strategies.Strategy` instance (tests pass
     deliberately broken variants). ``dtype`` casts the sample's floating args (default: as the
-    sample has them). ``around`` (an observer, e.g. the trace recorder) is entered around the
+    sample has them). ``entries``: "distinct" or "copies" (batch entries). ``budget_s``: after
+    that many seconds no further trial starts, and a cell with trials left is a ``timeout``
+    (never a pass). ``around`` (an observer, e.g. the trace recorder) is entered around the
     scenario itself."""
     spec = op if isinstance(op, registry.OpSpec) else registry.get_op(op)
     parse_names("scenario", [scenario], SCENARIO_NAMES)
@@ -245,7 +256,10 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
         return result
     if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
         raise BadInputError(f"batch must be a positive int (the vmap batch size), got {batch!r}")
-    case = Case(spec, smp, st, **({"batch": batch} if batch is not None else {}))
+    if entries not in ("distinct", "copies"):
+        raise BadInputError(f"entries must be 'distinct' or 'copies', got {entries!r}")
+    case = Case(spec, smp, st, entries_kind=entries, **({"batch": batch} if batch is not None else {}))
+    result.entries, result.rules = entries, list(getattr(st, "rules", ()))
     tol = lambda dt: tolerances.tolerance(dt, spec.name, scenario)  # noqa: E731
     eager = _eager_changes_for(case)
     outcomes: list[TrialOutcome] = []
@@ -257,13 +271,22 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
         try:
             with around() if around else contextlib.nullcontext():
                 trials = SCENARIOS[scenario].trials(case)
+                result.trials_total = len(trials)
                 for trial in trials:
+                    if budget_s is not None and outcomes and time.perf_counter() - start > budget_s:
+                        break
                     label = trial.label
                     outcomes.append(run_trial(case, trial, tol, eager))
+                    result.trials_run += 1
                     if not outcomes[-1].ok:
                         break
             _fill(result, outcomes)
-            if result.status == "pass":
+            if result.status == "pass" and result.trials_run < len(trials):
+                result.status = "timeout"
+                result.message = (f"budget of {budget_s:g} s spent after {result.trials_run} of "
+                                  f"{len(trials)} trials (all passed); not a pass")
+                label = f"{result.trials_run} of {len(trials)} in_dims choices ran"
+            elif result.status == "pass":
                 label = f"{len(trials)} in_dims choices" if len(trials) > 1 else ""
         except NotApplicableError as e:
             result.status, result.message = "not_applicable", str(e)

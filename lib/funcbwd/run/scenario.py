@@ -29,7 +29,7 @@ import torch
 
 from funcbwd.ops.registry import OpSpec, Sample
 from funcbwd.run.entries import distinct_entries, stacked
-from funcbwd.strategies import Strategy, provenance
+from funcbwd.strategies import Strategy, get_strategy, provenance
 
 BATCH = 3
 MAX_IN_DIMS_CHOICES = 16
@@ -59,6 +59,12 @@ class Scenario:
     trials: Callable[["Case"], list[Trial]]
     needs_jvp: bool = False
     formula_kind: str = "backward"
+    #: False for a composition with no backward pass (forward mode only): strategies that act on
+    #: backward passes only (``Strategy.backward_only``) do not apply
+    has_backward: bool = True
+    #: "matrix" (the workbench's scenarios, run by default) or "functorch" (the compositions of
+    #: PyTorch's test_ops.py, run by the OpInfo sweep and on request)
+    group: str = "matrix"
 
     def run(self, case: "Case") -> list[tuple]:
         """Only the strategy's part of every trial, nothing compared: the results, or what the
@@ -75,8 +81,11 @@ class Scenario:
         if op.kind != self.formula_kind:
             return (f"{self.name} runs {self.formula_kind} formulas; {op.name}'s formula is a "
                     f"{op.kind} formula")
-        if self.needs_jvp and strategy.runs_legacy_op and op.jvp is None:
+        if self.needs_jvp and strategy.runs_legacy_op and op.formula is not None and op.jvp is None:
             return f"legacy {op.name} has no jvp rule ({self.name} needs one)"
+        if not self.has_backward and strategy.backward_only:
+            return (f"{strategy.name} acts on backward passes only; {self.name} runs forward mode "
+                    "only")
         return None
 
 
@@ -87,12 +96,18 @@ class Case:
     strategy: Strategy
     batch: int = BATCH
     seed: int = 0
+    #: "distinct" (every batch entry its own value, :mod:`funcbwd.run.entries`) or "copies"
+    #: (every entry the sample itself: upstream's method, for ops whose distinct entries are not
+    #: valid inputs)
+    entries_kind: str = "distinct"
     #: provenance events the strategy recorded inside :meth:`strategy_part`
     events: list = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
-        #: the strategy whose per-sample loop this case is checked against (resolved once)
-        self.reference: Strategy = self.strategy.reference()
+        #: the strategy whose per-sample loop this case is checked against (resolved once): for
+        #: an op without a legacy formula (OpInfo), torch's own op under plain autograd
+        self.reference: Strategy = (get_strategy("builtin") if self.op.formula is None
+                                    else self.strategy.reference())
 
     @property
     def dtype(self) -> torch.dtype:
@@ -110,13 +125,23 @@ class Case:
                 self.events.extend(events)
 
     def entries(self, values: Tensors, positions: Sequence[int | None]) -> list:
-        """Distinct batch entries of ``values`` (sample-arg ``positions``, None for cotangents)."""
+        """Batch entries of ``values`` (sample-arg ``positions``, None for cotangents): distinct,
+        or copies (:attr:`entries_kind`)."""
+        if self.entries_kind == "copies":
+            return [[v.detach().clone() for _ in range(self.batch)] for v in values]
         return distinct_entries(values, self.batch, self.seed, op=self.op, positions=positions)
 
-    def randn(self, shape: Sequence[int], offset: int) -> torch.Tensor:
-        """Seeded normal values of the case's dtype (``offset`` keeps draws apart)."""
+    def randn(self, shape: Sequence[int], offset: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Seeded normal values of ``dtype`` (default: the case's; ``offset`` keeps draws apart)."""
         gen = torch.Generator().manual_seed(self.seed + offset)
-        return torch.randn(tuple(shape), generator=gen, dtype=self.dtype)
+        return torch.randn(tuple(shape), generator=gen, dtype=dtype or self.dtype)
+
+    def cotangents(self, offset: int, batched: bool) -> list[torch.Tensor]:
+        """Seeded random cotangents, one per differentiable output, of its shape and dtype
+        (complex outputs get complex cotangents), with a leading batch dim if ``batched``."""
+        lead = (self.batch,) if batched else ()
+        return [self.randn((*lead, *sh), offset + i, dt)
+                for i, (sh, dt) in enumerate(output_specs(self.op, self.sample))]
 
     def arg_inputs(self) -> list[tuple[str, torch.Tensor]]:
         """The sample's tensor args as named caller inputs."""
@@ -162,7 +187,10 @@ def loop_vjp(op: OpSpec, ref: Strategy, args: Sequence[Any], diff: Sequence[int]
     with ref.active(), torch.enable_grad():
         prim = [args[p].detach().clone().requires_grad_() for p in diff]
         outs = bind(op, ref, args, diff)(*prim)
-        grads = torch.autograd.grad(outs, prim, [c.clone() for c in cts], allow_unused=True)
+        # outputs that do not depend on the args (e.g. a statistic of no grad) contribute nothing
+        pairs = [(o, c.clone()) for o, c in zip(outs, cts) if o.requires_grad]
+        grads = (torch.autograd.grad([o for o, _ in pairs], prim, [c for _, c in pairs],
+                                     allow_unused=True) if pairs else [None] * len(prim))
     return zeros_for_none(grads, prim)
 
 
@@ -176,9 +204,14 @@ def stack_loop(results: list[tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, .
     return tuple(torch.stack(parts) for parts in zip(*results))
 
 
-def output_shapes(op: OpSpec, sample: Sample) -> list[torch.Size]:
+def output_specs(op: OpSpec, sample: Sample) -> list[tuple[torch.Size, torch.dtype]]:
+    """(shape, dtype) of each differentiable output of the op on the sample."""
     with torch.no_grad():
-        return [o.shape for o in op.diff_out(op.torch_op(*sample.args))]
+        return [(o.shape, o.dtype) for o in op.diff_out(op.torch_op(*sample.args))]
+
+
+def output_shapes(op: OpSpec, sample: Sample) -> list[torch.Size]:
+    return [sh for sh, _ in output_specs(op, sample)]
 
 
 def slice_arg(a: torch.Tensor, b: int, in_dim: int | None) -> torch.Tensor:

@@ -21,7 +21,8 @@ BACKWARD_NAMES = tuple(BACKWARD)
 FORWARD_NAMES = tuple(FORWARD)
 
 
-def names_for(kinds: Iterable[str]) -> list[str]:
-    """The scenario names that run formulas of the given op kinds, in :data:`SCENARIOS` order."""
+def names_for(kinds: Iterable[str], group: str = "matrix") -> list[str]:
+    """The scenario names of ``group`` that run formulas of the given op kinds, in
+    :data:`SCENARIOS` order."""
     kinds = set(kinds)
-    return [n for n, sc in SCENARIOS.items() if sc.formula_kind in kinds]
+    return [n for n, sc in SCENARIOS.items() if sc.formula_kind in kinds and sc.group == group]

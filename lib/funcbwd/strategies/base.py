@@ -36,10 +36,21 @@ class Strategy:
     formula_kinds: ClassVar[tuple[str, ...]] = ("backward",)
     #: Why the strategy cannot act on the other kinds (the not_applicable text), if it says more.
     formula_kinds_reason: ClassVar[str] = ""
+    #: True if the strategy acts on backward passes only (it wraps the vjp_fn or the backward
+    #: graph): not applicable to a composition that runs forward mode only (``vmapjvpall``).
+    backward_only: ClassVar[bool] = False
+    #: The scoped vmap rules (:data:`funcbwd.batching.RULES`) the strategy's backward runs under:
+    #: none by default; :meth:`with_rules` gives a copy that enters them (the OpInfo sweep runs
+    #: the strategies acting on torch's own nodes that way, never ``builtin``).
+    rules: tuple[str, ...] = ()
 
     # --- what the scenarios differentiate -------------------------------------------------
     def function(self, op: "OpSpec") -> Callable[..., Any]:
-        """The callable for ``op`` under this strategy (default: the legacy op)."""
+        """The callable for ``op`` under this strategy: the legacy op, or torch's own op when
+        ``op`` has no legacy formula (an OpInfo op: only strategies that act on torch's own
+        backward nodes apply to it, see :meth:`not_applicable`)."""
+        if op.formula is None:
+            return op.torch_op
         from funcbwd.ops import legacy_ops
 
         return legacy_ops.function_for(op).apply
@@ -75,12 +86,39 @@ class Strategy:
     def not_applicable(self, op: "OpSpec", scenario: str) -> str | None:
         """A reason this strategy cannot apply to ``op`` in ``scenario``, or None (base: the
         op's formula kind must be one of :attr:`formula_kinds`; overrides call this first)."""
+        if op.formula is None and not self.acts_on_builtin_nodes:
+            return (f"{op.name} has no legacy formula (torch's own op only); {self.name} acts on "
+                    "legacy formulas only")
         kind = op.kind
         if kind in self.formula_kinds:
             return None
         return (f"{self.name} acts on {' and '.join(self.formula_kinds)} formulas only; "
                 f"{op.name}'s formula is a {kind} formula"
                 + (f" ({self.formula_kinds_reason})" if self.formula_kinds_reason else ""))
+
+    # --- scoped batching rules -----------------------------------------------------------------
+    def with_rules(self) -> "Strategy":
+        """A copy of this strategy whose backward runs under :func:`funcbwd.batching.scoped_rules`."""
+        import copy
+
+        from funcbwd.batching import RULES
+
+        clone = copy.copy(self)
+        clone.rules = RULES
+        return clone
+
+    def scoped_backward(self, vjp_fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``vjp_fn`` run under the strategy's scoped rules (itself when it has none): the
+        backward only, never the op's forward."""
+        if not self.rules:
+            return vjp_fn
+        from funcbwd.batching import scoped_rules
+
+        def scoped(*args: Any, **kwargs: Any) -> Any:
+            with scoped_rules():
+                return vjp_fn(*args, **kwargs)
+
+        return scoped
 
     # --- activation ---------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -202,18 +202,18 @@ class Hooks(Strategy):
     formula_kinds_reason = ("hooks sit on backward nodes; a forward-mode formula runs in the "
                             "forward pass, where no backward hook sees it")
     acts_on_builtin_nodes = True
+    backward_only = True
 
     def function(self, op) -> Callable[..., Any]:
-        from funcbwd.ops import legacy_ops
-
-        return functionalize_backward(legacy_ops.function_for(op).apply)
+        return functionalize_backward(Strategy.function(self, op))
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Any callable (e.g. a builtin torch op) with its backward graph hooked."""
         return functionalize_backward(fn)
 
     def vjp(self, fn: Callable, *primals: Any):
-        return torch.func.vjp(functionalize_backward(fn), *primals)
+        out, vjp_fn = torch.func.vjp(functionalize_backward(fn), *primals)
+        return out, self.scoped_backward(vjp_fn)
 
     def grad(self, fn: Callable, argnums: Any = 0) -> Callable:
         return torch.func.grad(functionalize_backward(fn), argnums=argnums)

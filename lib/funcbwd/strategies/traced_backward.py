@@ -77,6 +77,7 @@ class TracedBackward(Strategy):
     formula_kinds = ("backward",)
     formula_kinds_reason = "it traces the vjp_fn, i.e. the backward pass"
     acts_on_builtin_nodes = True
+    backward_only = True
     #: vmap may batch the cotangents only (see the module docstring)
     batches_primals = False
 

@@ -72,10 +72,11 @@ class Whole(Strategy):
     formula_kinds_reason = ("it functionalizes the vjp_fn, i.e. the backward pass; a forward-mode "
                             "formula runs in the forward pass")
     acts_on_builtin_nodes = True
+    backward_only = True
 
     def vjp(self, fn: Callable, *primals: Any):
         out, vjp_fn = torch.func.vjp(fn, *primals)
-        return out, functionalized_when_vmapped(vjp_fn, self.name)
+        return out, self.scoped_backward(functionalized_when_vmapped(vjp_fn, self.name))
 
     def grad(self, fn: Callable, argnums: Any = 0) -> Callable:
         """Like ``torch.func.grad`` (scalar output), built on :meth:`vjp`."""
