@@ -308,3 +308,22 @@ def test_no_call_sees_another_calls_mutation():
     entries = C.copies(c.tensors(), 2)
     c.run(c.in_dims()[0], entries)
     assert all(torch.equal(a, b) for a, b in zip(c.tensors(), before))
+
+
+def test_the_trial_counts_what_the_builders_raise():
+    # The study's trial on two tiny cases: sin passes every choice; binary_cross_entropy's double
+    # backward multiplies in place into an unbatched tensor when only the cotangent is batched
+    # (torch 2.13's binary_cross_entropy_double_backward), in 2 of its 32 choices.
+    import io
+
+    from funcbwd.studies.coverage import trial
+
+    rows = trial.trial([("sin", "", "vmapvjpvjp"), ("nn.functional.binary_cross_entropy", "",
+                                                    "vmapvjpvjp")], samples=1, log=io.StringIO())
+    by = {(r.op, r.entries): r for r in rows}
+    assert by["sin", "distinct"].failed == 0 and by["sin", "distinct"].choices == 8
+    bce = by["nn.functional.binary_cross_entropy", "copies"]
+    assert (bce.failed, bce.choices) == (2, 32)
+    assert set(bce.errors) == {"vmap inplace arithmetic"}
+    assert bce.upstream.startswith("xfail: vmap: inplace into a regular tensor")
+    assert "vmap inplace arithmetic" in trial.table(rows)
