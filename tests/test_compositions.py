@@ -327,3 +327,8 @@ def test_the_trial_counts_what_the_builders_raise():
     assert set(bce.errors) == {"vmap inplace arithmetic"}
     assert bce.upstream.startswith("xfail: vmap: inplace into a regular tensor")
     assert "vmap inplace arithmetic" in trial.table(rows)
+
+
+def test_vjpvmap_function_is_the_op_on_the_flat_args():
+    c, s = _build("vjpvmap", "index_select", 2)
+    check_close((c.function()(*c.args),), (torch.index_select(s.input, *s.args),))

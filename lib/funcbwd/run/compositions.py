@@ -220,9 +220,8 @@ class Composition:
                vjp: Callable = torch.func.vjp, jvp: Callable = torch.func.jvp,
                vmap: Callable = torch.func.vmap) -> tuple[tuple, tuple]:
         """(actual, expected) of :func:`vmap_of_vmap` for this choice."""
-        batch = len(entries[0])
         nested, expected = vmap_of_vmap(self.function(vjp, jvp), in_dims,
-                                        self.batched(in_dims, entries), batch, vmap=vmap)
+                                        self.batched(in_dims, entries), len(entries[0]), vmap=vmap)
         return tuple(_leaves(nested)), tuple(_leaves(expected))
 
 
@@ -248,8 +247,7 @@ def vmapvjp(op: Callable, sample: Any, g: torch.Generator, *, name: str = "") ->
     process = sample.output_process_fn_grad
     with torch.no_grad():
         out = _normalized(op, flat, spec, kwargs, process, at)(*[flat[i] for i in at])
-    cts, ct_spec = pytree.tree_flatten(_randn_like(out, g))
-    n = len(flat)
+    (cts, ct_spec), n = pytree.tree_flatten(_randn_like(out, g)), len(flat)
 
     def make(vjp: Callable, jvp: Callable) -> Callable:
         def f(*xs: Any) -> tuple:
@@ -316,7 +314,7 @@ def vmapjvpvjp(op: Callable, sample: Any, g: torch.Generator, *, name: str = "")
     with torch.no_grad():
         out = fn(*primals)
     cts = _randn_like(out, g)
-    p_tan = _randn_like(primals, g)
+    p_tan = _randn_like(primals, g)  # then a tangent per cotangent: upstream's order of draws
     ct_tan = _randn_like(cts, g)
     args, tree = pytree.tree_flatten(((primals, cts), (p_tan, ct_tan)))
 
@@ -436,7 +434,8 @@ def vjpvmap(op: Callable, sample: Any, g: torch.Generator, *, name: str = "") ->
     flat, spec, kwargs, at = _flat_sample(sample)
     top = (sample.input, *sample.args)
     seed = int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g))
-    return VjpOfVmap("vjpvmap", tuple(flat), _roles(flat, at), lambda vjp, jvp: op,
+    on_flat = lambda vjp, jvp: lambda *a: op(*pytree.tree_unflatten(list(a), spec), **_fresh(kwargs))  # noqa: E731
+    return VjpOfVmap("vjpvmap", tuple(flat), _roles(flat, at), on_flat,
                      is_batch_norm_training(name, kwargs), top_level=top, op=op, spec=spec,
                      kwargs=kwargs, process=sample.output_process_fn_grad, primal_at=tuple(at),
                      seed=seed)
