@@ -21,6 +21,7 @@ LAYERS = [
     {"ops"},
     {"strategies"},
     {"run"},
+    {"studies"},
     {"observe", "measure"},
     {"views"},
     {"cli"},
