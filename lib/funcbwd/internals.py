@@ -127,23 +127,25 @@ def is_functional(t: torch.Tensor) -> bool:
 
 
 # ---------------------------------------------------------------------------- tensor wrapper chains
+def _levels(t: torch.Tensor) -> Iterator[tuple[torch.Tensor, str]]:
+    """(tensor, kind) for ``t`` and each tensor under its functorch wrappers, outermost first,
+    ending with the dense one: kind is Functional, Batched, GradTracking or Dense."""
+    cur = t
+    for _ in range(16):
+        kind = ("Functional" if _F.is_functionaltensor(cur) else "Batched" if _F.is_batchedtensor(cur)
+                else "GradTracking" if _F.is_gradtrackingtensor(cur) else "Dense")
+        yield cur, kind
+        if kind == "Dense":
+            return
+        cur = _F.get_unwrapped(cur)
+
+
 def wrapper_chain(t: torch.Tensor) -> list[str]:
     """Describe a tensor's functorch wrappers outermost first, e.g.
     ['Functional(2)', 'Batched(level 1, bdim 0)', 'Dense(3, 5)']."""
-    chain: list[str] = []
-    cur = t
-    for _ in range(16):
-        if _F.is_functionaltensor(cur):
-            chain.append(f"Functional({_F.maybe_get_level(cur)})")
-        elif _F.is_batchedtensor(cur):
-            chain.append(f"Batched(level {_F.maybe_get_level(cur)}, bdim {_F.maybe_get_bdim(cur)})")
-        elif _F.is_gradtrackingtensor(cur):
-            chain.append(f"GradTracking({_F.maybe_get_level(cur)})")
-        else:
-            chain.append(f"Dense({', '.join(str(s) for s in cur.shape)})")
-            break
-        cur = _F.get_unwrapped(cur)
-    return chain
+    return [f"Dense({', '.join(str(s) for s in c.shape)})" if k == "Dense" else
+            f"Batched(level {_F.maybe_get_level(c)}, bdim {_F.maybe_get_bdim(c)})" if k == "Batched"
+            else f"{k}({_F.maybe_get_level(c)})" for c, k in _levels(t)]
 
 
 def key_set(t: torch.Tensor) -> str:
@@ -152,28 +154,28 @@ def key_set(t: torch.Tensor) -> str:
 
 def is_batched(t: torch.Tensor) -> bool:
     """True if any wrapper in the chain is a BatchedTensor."""
-    cur = t
-    for _ in range(16):
-        if _F.is_batchedtensor(cur):
-            return True
-        if not (_F.is_functionaltensor(cur) or _F.is_gradtrackingtensor(cur)):
-            return False
-        cur = _F.get_unwrapped(cur)
-    return False
+    return any(kind == "Batched" for _, kind in _levels(t))
 
 
 def first_batch_entry(t: torch.Tensor) -> torch.Tensor:
     """Entry 0 of the outermost BatchedTensor in ``t``'s wrapper chain, as the tensor under that
     wrapper (the wrappers above it dropped); ``t`` itself if it is not batched. For tests that
     build deliberately broken strategies (e.g. one that uses entry 0's index for every entry)."""
-    cur = t
-    for _ in range(16):
-        if _F.is_batchedtensor(cur):
-            return _F.get_unwrapped(cur).select(_F.maybe_get_bdim(cur), 0)
-        if not (_F.is_functionaltensor(cur) or _F.is_gradtrackingtensor(cur)):
-            return t
-        cur = _F.get_unwrapped(cur)
-    return t
+    cur = next((c for c, kind in _levels(t) if kind == "Batched"), None)
+    return t if cur is None else _F.get_unwrapped(cur).select(_F.maybe_get_bdim(cur), 0)
+
+
+def one_sample(t: torch.Tensor) -> torch.Tensor:
+    """A plain, detached tensor holding one sample of ``t`` (entry 0 at every vmap level, every
+    wrapper stripped: ``t``'s logical shape), a view of the dense tensor underneath; a functional
+    wrapper's pending mutations are not synced. [traced_backward's graph check]"""
+    levels = list(_levels(t))
+    with cleared_functorch_state():
+        out = levels[-1][0].detach()
+        for cur, kind in reversed(levels):  # innermost first: its bdim is in inner coordinates
+            if kind == "Batched":
+                out = out.select(_F.maybe_get_bdim(cur), 0)
+    return out
 
 
 # ---------------------------------------------------------------------------- vmap's slow fallback
