@@ -22,6 +22,7 @@ LAYERS = [
     {"strategies"},
     {"run"},
     {"observe", "measure"},
+    {"studies"},
     {"views"},
     {"cli"},
 ]

@@ -261,3 +261,42 @@ def test_no_state_leaks():
          (0, 0, 0), 2)
     assert internals.dispatch_state() == before
     assert st.bookkeeping() == {"tracing_in_progress": 0, "lock_held": False}
+
+
+def _copy_slices(t, u):  # an in-place write into a view: copies and as_strided_scatter
+    y = t.clone()
+    y[:2].copy_(u)
+    return (y * t,)
+
+
+def test_an_elided_graph_failing_the_check_runs_un_elided(monkeypatch):
+    """Mutation: an elision that breaks the graph (its first output scaled). The check refuses
+    the elided graph, checks the un-elided one and runs it; without the mutation the elided
+    graph runs."""
+    from funcbwd import batching
+    from funcbwd.fx import elide
+
+    real = elide.elide_copies
+
+    def broken(gm):
+        report = real(gm)
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        with gm.graph.inserting_before(out):
+            m = gm.graph.call_function(torch.ops.aten.mul.Tensor, (out.args[0][0], 1.01))
+        out.args = ((m, *out.args[0][1:]),)
+        gm.recompile()
+        return report
+
+    batched = [_randn(B, 4, seed=1), _randn(B, 2, seed=2), _randn(B, 4, seed=3)]
+    want = _loop(_copy_slices, batched, (0, 0, 0), 2)
+    for mutate in (False, True):
+        if mutate:
+            monkeypatch.setattr(elide, "elide_copies", broken)
+        st = TracedBackward()
+        with batching.scoped_rules():  # its backward writes through as_strided_scatter
+            got, events = _run(st, _copy_slices, batched, (0, 0, 0), 2)
+        (ev,) = events
+        assert ev.mechanism == (tb.UNELIDED if mutate else tb.GRAPH), ev
+        assert ("copies elided" in ev.detail) and (" 0 copies" in ev.detail) == mutate
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)

@@ -62,23 +62,15 @@ class DispatchState:
     fallback_enabled: bool
 
     def describe_difference(self, other: "DispatchState") -> str:
-        diffs = [
-            f"{f.name}: {getattr(self, f.name)!r} -> {getattr(other, f.name)!r}"
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) != getattr(other, f.name)
-        ]
+        diffs = [f"{f.name}: {getattr(self, f.name)!r} -> {getattr(other, f.name)!r}"
+                 for f in dataclasses.fields(self) if getattr(self, f.name) != getattr(other, f.name)]
         return "; ".join(diffs) or "no difference"
 
 
 def dispatch_state() -> DispatchState:
-    return DispatchState(
-        depth=stack_depth(),
-        include=str(torch._C._dispatch_tls_local_include_set()),
-        exclude=str(torch._C._dispatch_tls_local_exclude_set()),
-        functionalize_included=functionalize_included(),
-        grad_enabled=torch.is_grad_enabled(),
-        fallback_enabled=vmap_fallback_enabled(),
-    )
+    return DispatchState(depth=stack_depth(), include=tls_include_set(), exclude=tls_exclude_set(),
+                         functionalize_included=functionalize_included(),
+                         grad_enabled=torch.is_grad_enabled(), fallback_enabled=vmap_fallback_enabled())
 
 
 def tls_include_set() -> str:
@@ -128,8 +120,7 @@ def is_functional(t: torch.Tensor) -> bool:
 
 # ---------------------------------------------------------------------------- tensor wrapper chains
 def _levels(t: torch.Tensor) -> Iterator[tuple[torch.Tensor, str]]:
-    """(tensor, kind) for ``t`` and each tensor under its functorch wrappers, outermost first,
-    ending with the dense one: kind is Functional, Batched, GradTracking or Dense."""
+    """(tensor, kind: Functional/Batched/GradTracking/Dense) down ``t``'s wrappers, outermost first."""
     cur = t
     for _ in range(16):
         kind = ("Functional" if _F.is_functionaltensor(cur) else "Batched" if _F.is_batchedtensor(cur)
@@ -166,9 +157,8 @@ def first_batch_entry(t: torch.Tensor) -> torch.Tensor:
 
 
 def one_sample(t: torch.Tensor) -> torch.Tensor:
-    """A plain, detached tensor holding one sample of ``t`` (entry 0 at every vmap level, every
-    wrapper stripped: ``t``'s logical shape), a view of the dense tensor underneath; a functional
-    wrapper's pending mutations are not synced. [traced_backward's graph check]"""
+    """One sample of ``t`` (entry 0 at every vmap level, wrappers stripped: its logical shape),
+    detached, a view of the dense tensor; functional pending mutations unsynced. [traced_backward]"""
     levels = list(_levels(t))
     with cleared_functorch_state():
         out = levels[-1][0].detach()
@@ -302,6 +292,13 @@ def below_autograd() -> Iterator[None]:
     """Redispatch below the Autograd keys (what an Autograd kernel does when nothing needs grad)."""
     with torch._C._AutoDispatchBelowAutograd():
         yield
+
+
+def fake_trace(fn, *args):
+    """make_fx in fake mode; real tensors ``fn`` captures become graph constants (make_fx's private
+    ``_allow_non_fake_inputs``). [traced_backward]"""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    return make_fx(fn, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
 
 
 # ---------------------------------------------------------------------------- trace helpers (funcbwd.observe.trace)

@@ -118,8 +118,7 @@ def trace_joint(joint: Callable[..., tuple], flat: Sequence[Any]) -> torch.fx.Gr
         return joint(*full)
 
     with internals.cleared_functorch_state():
-        return make_fx(torch.func.functionalize(of_tensors), tracing_mode="fake",
-                       _allow_non_fake_inputs=True)(*[blank(s) for s in specs])
+        return internals.fake_trace(torch.func.functionalize(of_tensors), *[blank(s) for s in specs])
 
 
 # ------------------------------------------------------------------------------ refusals and the check
@@ -264,8 +263,6 @@ class TracedBackward(Strategy):
     formula_kinds = ("backward",)
     formula_kinds_reason = "it traces the vjp, i.e. the backward pass"
     acts_on_builtin_nodes = True
-    #: vmap may batch the primals too (the graph takes them as inputs)
-    batches_primals = True
     #: :meth:`vjp` takes ``inputs``: tensors ``fn`` reads that are not differentiated
     takes_inputs = True
 

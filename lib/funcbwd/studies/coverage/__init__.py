@@ -1,0 +1,1 @@
+"""Studies over the OpInfo coverage sweep (its saved records are their input)."""
