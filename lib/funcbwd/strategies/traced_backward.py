@@ -25,8 +25,10 @@ primals or ``inputs``, not captured (a captured *batched* tensor makes tracing r
 Refused (the ``vjp_fn`` then runs under ``torch.func.functionalize``, ``whole``'s mechanism, with
 provenance :data:`FALLBACK` and the reason; the refusal is cached per signature):
 
-* tracing raises: data-dependent forwards or backwards (``.item()``, ``nonzero``) under fake
-  tensors;
+* tracing raises: control flow on values (``if x.sum() > 0``, a C++ formula branching on
+  ``zeros.numel()``: fake tracing's data-dependent guard). Data-dependent *ops* (``.item()``,
+  ``nonzero``, ``masked_select``) trace in torch 2.13 as unbacked sizes and run as eager does (the
+  check compares them); under vmap they fail as eager does;
 * a random op (``nondeterministic_seeded``) anywhere in the traced graph: the graph recomputes
   the forward, so it would draw new random numbers and differentiate another function;
 * an op that mutates (``fn`` writes into its inputs: the graph would write into the caller's
@@ -41,6 +43,13 @@ provenance :data:`FALLBACK` and the reason; the refusal is cached per signature)
   positive-definite matrix) the check runs on the call's own per-sample values instead, which
   cannot tell a graph that baked those values in; where it raises on both it is inconclusive
   and the graph is refused. One draw per signature, not a proof.
+
+Cost: the eager forward runs as written under vmap (an op of it without a batching rule still
+takes the slow fallback there), and the graph recomputes what of the forward the backward needs
+(twice the fallback where that op is needed); the graph's ops are called from Python, one call
+each. :mod:`funcbwd.studies.coverage.fallback_speedup` measures what that leaves of the speedup
+(``data/fallback-speedup.json``). Conservative refusals: an op tagged ``nondeterministic_seeded``
+for an argument it may not use (CPU flash attention at ``dropout_p=0``) is refused all the same.
 
 Provenance: :data:`GRAPH` (ran=True, detail: nodes, copies elided, check) when a graph runs;
 :data:`FALLBACK` (ran=False, detail: the reason); :data:`PLAIN` outside vmap.
