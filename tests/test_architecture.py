@@ -23,6 +23,7 @@ LAYERS = [
     {"run"},
     {"studies"},
     {"observe", "measure"},
+    {"studies"},
     {"views"},
     {"cli"},
 ]

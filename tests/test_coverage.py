@@ -268,58 +268,49 @@ def test_bad_input_names_the_choices(tmp_path):
 
 
 # ------------------------------------------------------------------------------ traced_backward
-def test_traced_backward_runs_a_graph_of_torchs_nodes_over_cotangents():
+def test_traced_backward_runs_a_graph_of_torchs_nodes_over_all_args():
     recs, _ = coverage_sweep.run_sweep("cummax", strategies=("builtin", "traced_backward"))
     by = {(r["strategy"], r["scenario"]): r for r in recs}
-    tb = by[("traced_backward", "vmap_cotangents")]
+    assert set(by) == {("builtin", "vmap_all_args"), ("traced_backward", "vmap_all_args")}
+    tb = by[("traced_backward", "vmap_all_args")]
     assert tb["status"] == "pass" and tb["mechanism"] == "traced backward graph ran"
-    assert "tracing" in tb["detail"] and tb["in_dims_tried"] == 2
-    # builtin gets the same cotangents-only scenario as its baseline; the traced graph of
-    # cummax's backward has no cummaxmin_backward, hence no slow fallback
-    base = by[("builtin", "vmap_cotangents")]
+    assert "tracing" in tb["detail"] and tb["in_dims_tried"] == tb["in_dims_total"] == 4
+    # the joint graph of cummax's vjp has no cummaxmin_backward, hence no slow fallback
+    base = by[("builtin", "vmap_all_args")]
     assert base["status"] == "pass" and base["fallback_ops"] == ["aten::cummaxmin_backward"]
     assert tb["fallback_ops"] == []
 
 
-def test_a_broken_traced_graph_fails_the_comparison(monkeypatch):
+def test_a_broken_traced_graph_is_refused_by_its_check_or_fails_the_comparison(monkeypatch):
     from funcbwd.strategies import traced_backward
 
-    real = traced_backward.trace_backward
+    real = traced_backward.trace_joint
 
-    def broken(vjp_fn, cts):  # mutation: the graph's first output scaled by 1.01
-        gm, rep = real(vjp_fn, cts)
+    def broken(joint, flat):  # mutation: the graph's first output scaled by 1.01
+        gm = real(joint, flat)
         out = next(n for n in gm.graph.nodes if n.op == "output")
         with gm.graph.inserting_before(out):
             m = gm.graph.call_function(torch.ops.aten.mul.Tensor, (out.args[0][0], 1.01))
         out.args = ((m, *out.args[0][1:]),)
         gm.recompile()
-        return gm, rep
+        return gm
 
-    monkeypatch.setattr(traced_backward, "trace_backward", broken)
+    monkeypatch.setattr(traced_backward, "trace_joint", broken)
     p = _prepared("atan2")
+    r = coverage_sweep.run_strategy(p, "atan2", "0", traced_backward.TracedBackward(check=False))
+    assert r["status"] == "mismatch" and r["scenario"] == "vmap_all_args"
     r = coverage_sweep.run_strategy(p, "atan2", "0", traced_backward.TracedBackward())
-    assert r["status"] == "mismatch" and r["scenario"] == "vmap_cotangents"
-
-
-def test_traced_backward_refuses_batched_primals():
-    from torch.func import vmap
-
-    from funcbwd.errors import NotApplicableError
-    from funcbwd.strategies.traced_backward import TracedBackward
-
-    st = TracedBackward()
-
-    def h(x, ct):
-        _, vjp_fn = st.vjp(torch.sin, x)
-        return vjp_fn(ct)
-
-    with pytest.raises(NotApplicableError, match="primals are batched"):
-        vmap(h)(torch.randn(3, 4), torch.randn(3, 4))
+    assert r["status"] == "pass" and not r["mechanism_ran"]  # refused: whole's mechanism ran
+    assert r["mechanism"] == traced_backward.FALLBACK
 
 
 def test_an_untraceable_backward_falls_back_and_says_so():
-    # prod's backward calls .item(): a tracing tensor refuses it, so the graph cannot be built
-    recs, _ = coverage_sweep.run_sweep("scatter_reduce.prod", strategies=("traced_backward",))
-    (r,) = recs
+    # scatter_reduce.prod's backward branches on values: fake tracing refuses it (only the
+    # cotangents batched: with batched primals the eager backward's .item() fails under vmap)
+    from funcbwd.strategies.traced_backward import FALLBACK, TracedBackward
+
+    p = _prepared("scatter_reduce.prod")
+    r = coverage_sweep.run_strategy(p, "scatter_reduce.prod", "0", TracedBackward(),
+                                    cotangents_only=True)
     assert r["status"] == "pass" and not r["mechanism_ran"]  # passed, but not by a graph
-    assert r["mechanism"].startswith("untraceable")
+    assert r["mechanism"] == FALLBACK

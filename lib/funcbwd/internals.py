@@ -62,23 +62,15 @@ class DispatchState:
     fallback_enabled: bool
 
     def describe_difference(self, other: "DispatchState") -> str:
-        diffs = [
-            f"{f.name}: {getattr(self, f.name)!r} -> {getattr(other, f.name)!r}"
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) != getattr(other, f.name)
-        ]
+        diffs = [f"{f.name}: {getattr(self, f.name)!r} -> {getattr(other, f.name)!r}"
+                 for f in dataclasses.fields(self) if getattr(self, f.name) != getattr(other, f.name)]
         return "; ".join(diffs) or "no difference"
 
 
 def dispatch_state() -> DispatchState:
-    return DispatchState(
-        depth=stack_depth(),
-        include=str(torch._C._dispatch_tls_local_include_set()),
-        exclude=str(torch._C._dispatch_tls_local_exclude_set()),
-        functionalize_included=functionalize_included(),
-        grad_enabled=torch.is_grad_enabled(),
-        fallback_enabled=vmap_fallback_enabled(),
-    )
+    return DispatchState(depth=stack_depth(), include=tls_include_set(), exclude=tls_exclude_set(),
+                         functionalize_included=functionalize_included(),
+                         grad_enabled=torch.is_grad_enabled(), fallback_enabled=vmap_fallback_enabled())
 
 
 def tls_include_set() -> str:
@@ -127,23 +119,24 @@ def is_functional(t: torch.Tensor) -> bool:
 
 
 # ---------------------------------------------------------------------------- tensor wrapper chains
+def _levels(t: torch.Tensor) -> Iterator[tuple[torch.Tensor, str]]:
+    """(tensor, kind: Functional/Batched/GradTracking/Dense) down ``t``'s wrappers, outermost first."""
+    cur = t
+    for _ in range(16):
+        kind = ("Functional" if _F.is_functionaltensor(cur) else "Batched" if _F.is_batchedtensor(cur)
+                else "GradTracking" if _F.is_gradtrackingtensor(cur) else "Dense")
+        yield cur, kind
+        if kind == "Dense":
+            return
+        cur = _F.get_unwrapped(cur)
+
+
 def wrapper_chain(t: torch.Tensor) -> list[str]:
     """Describe a tensor's functorch wrappers outermost first, e.g.
     ['Functional(2)', 'Batched(level 1, bdim 0)', 'Dense(3, 5)']."""
-    chain: list[str] = []
-    cur = t
-    for _ in range(16):
-        if _F.is_functionaltensor(cur):
-            chain.append(f"Functional({_F.maybe_get_level(cur)})")
-        elif _F.is_batchedtensor(cur):
-            chain.append(f"Batched(level {_F.maybe_get_level(cur)}, bdim {_F.maybe_get_bdim(cur)})")
-        elif _F.is_gradtrackingtensor(cur):
-            chain.append(f"GradTracking({_F.maybe_get_level(cur)})")
-        else:
-            chain.append(f"Dense({', '.join(str(s) for s in cur.shape)})")
-            break
-        cur = _F.get_unwrapped(cur)
-    return chain
+    return [f"Dense({', '.join(str(s) for s in c.shape)})" if k == "Dense" else
+            f"Batched(level {_F.maybe_get_level(c)}, bdim {_F.maybe_get_bdim(c)})" if k == "Batched"
+            else f"{k}({_F.maybe_get_level(c)})" for c, k in _levels(t)]
 
 
 def key_set(t: torch.Tensor) -> str:
@@ -152,28 +145,27 @@ def key_set(t: torch.Tensor) -> str:
 
 def is_batched(t: torch.Tensor) -> bool:
     """True if any wrapper in the chain is a BatchedTensor."""
-    cur = t
-    for _ in range(16):
-        if _F.is_batchedtensor(cur):
-            return True
-        if not (_F.is_functionaltensor(cur) or _F.is_gradtrackingtensor(cur)):
-            return False
-        cur = _F.get_unwrapped(cur)
-    return False
+    return any(kind == "Batched" for _, kind in _levels(t))
 
 
 def first_batch_entry(t: torch.Tensor) -> torch.Tensor:
     """Entry 0 of the outermost BatchedTensor in ``t``'s wrapper chain, as the tensor under that
     wrapper (the wrappers above it dropped); ``t`` itself if it is not batched. For tests that
     build deliberately broken strategies (e.g. one that uses entry 0's index for every entry)."""
-    cur = t
-    for _ in range(16):
-        if _F.is_batchedtensor(cur):
-            return _F.get_unwrapped(cur).select(_F.maybe_get_bdim(cur), 0)
-        if not (_F.is_functionaltensor(cur) or _F.is_gradtrackingtensor(cur)):
-            return t
-        cur = _F.get_unwrapped(cur)
-    return t
+    cur = next((c for c, kind in _levels(t) if kind == "Batched"), None)
+    return t if cur is None else _F.get_unwrapped(cur).select(_F.maybe_get_bdim(cur), 0)
+
+
+def one_sample(t: torch.Tensor) -> torch.Tensor:
+    """One sample of ``t`` (entry 0 at every vmap level, wrappers stripped: its logical shape),
+    detached, a view of the dense tensor; functional pending mutations unsynced. [traced_backward]"""
+    levels = list(_levels(t))
+    with cleared_functorch_state():
+        out = levels[-1][0].detach()
+        for cur, kind in reversed(levels):  # innermost first: its bdim is in inner coordinates
+            if kind == "Batched":
+                out = out.select(_F.maybe_get_bdim(cur), 0)
+    return out
 
 
 # ---------------------------------------------------------------------------- vmap's slow fallback
@@ -300,6 +292,13 @@ def below_autograd() -> Iterator[None]:
     """Redispatch below the Autograd keys (what an Autograd kernel does when nothing needs grad)."""
     with torch._C._AutoDispatchBelowAutograd():
         yield
+
+
+def fake_trace(fn, *args):
+    """make_fx in fake mode; real tensors ``fn`` captures become graph constants (make_fx's private
+    ``_allow_non_fake_inputs``). [traced_backward]"""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    return make_fx(fn, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
 
 
 # ---------------------------------------------------------------------------- trace helpers (funcbwd.observe.trace)

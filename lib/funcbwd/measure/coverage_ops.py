@@ -186,25 +186,31 @@ class Prepared:
         """h(*tensors, *cotangents) -> grads of the diff args under ``strategy``: what vmap
         batches (and, unbatched, the loop body with ``builtin``). ``rules``: the ``vjp_fn`` call,
         i.e. the backward only (never the op's forward), runs inside
-        :func:`funcbwd.batching.scoped_rules`."""
+        :func:`funcbwd.batching.scoped_rules`. A strategy with ``takes_inputs`` (traced_backward)
+        gets one function of (diff args, other tensors) per ``h`` and the other tensors as its
+        ``inputs``, so its graph cache can key on that function."""
         n = len(self.tpos)
         name = getattr(strategy, "name", "")
         scope = batching.scoped_rules if rules else contextlib.nullcontext
+        others = [p for p in self.tpos if p not in self.diff]
+
+        def f(*args: torch.Tensor) -> tuple:  # the diff args, then the other tensors
+            inner = list(self.flat)
+            for p, v in zip(self.diff + others, args):
+                inner[p] = v
+            if name == "builtin":  # as Builtin.function records for registry ops
+                provenance.record(name, "torch's op and built-in backward ran", True)
+            return self.call(inner)
 
         def h(*xs: torch.Tensor) -> tuple:
             full = list(self.flat)
             for p, x in zip(self.tpos, xs[:n]):
                 full[p] = x
-
-            def f(*prims: torch.Tensor) -> tuple:
-                inner = list(full)
-                for p, v in zip(self.diff, prims):
-                    inner[p] = v
-                if name == "builtin":  # as Builtin.function records for registry ops
-                    provenance.record(name, "torch's op and built-in backward ran", True)
-                return self.call(inner)
-
-            _, vjp_fn = strategy.vjp(f, *[full[p] for p in self.diff])
+            prims, rest = [full[p] for p in self.diff], [full[p] for p in others]
+            if getattr(strategy, "takes_inputs", False):
+                _, vjp_fn = strategy.vjp(f, *prims, inputs=rest)
+            else:
+                _, vjp_fn = strategy.vjp(lambda *ps: f(*ps, *rest), *prims)
             with scope():
                 return tuple(vjp_fn(tuple(xs[n:])))
 

@@ -3,9 +3,9 @@ own backward nodes (``builtin``, ``whole``, ``hooks``; ``traced_backward`` on re
 with the per-sample loop (:mod:`funcbwd.measure.coverage_ops`: distinct batch entries).
 
 Scenario ``vmap_all_args`` (PyTorch's test_vmapvjp: every tensor arg and cotangent batched, each
-in_dims choice). A strategy that cannot batch primals (``batches_primals = False``:
-``traced_backward``) runs ``vmap_cotangents`` instead (only the cotangents batched), and
-``builtin`` then gets a ``vmap_cotangents`` record too, as its baseline.
+in_dims choice). A strategy that cannot batch primals (``batches_primals = False``; none of
+today's) runs ``vmap_cotangents`` instead (only the cotangents batched), and ``builtin`` then gets
+a ``vmap_cotangents`` record too, as its baseline.
 
 One record per (op, sample, strategy), in the matrix's vocabulary (:data:`RECORD_KEYS`): ``status``
 pass / fail / mismatch / not_applicable (:data:`funcbwd.run.outcomes.STATUSES`); a failure's
@@ -51,8 +51,8 @@ from funcbwd.run.runner import mechanism_of
 from funcbwd.strategies import available, get_strategy, provenance
 
 SCENARIO = "vmap_all_args"  # the matrix scenario this sweep is (torch's nodes, OpInfo samples)
-#: the scenario of a strategy that cannot batch primals (``batches_primals = False``, e.g.
-#: traced_backward): only the cotangents batched; builtin gets a record of it too, its baseline
+#: the scenario of a strategy that cannot batch primals (``batches_primals = False``): only the
+#: cotangents batched; builtin gets a record of it too, its baseline
 COTANGENTS_SCENARIO = "vmap_cotangents"
 DEFAULT_BUDGET_S = 2.0
 DEFAULT_ITEM_TIMEOUT_S = 300.0

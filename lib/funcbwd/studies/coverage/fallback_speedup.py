@@ -1,0 +1,319 @@
+"""Where torch's builtin backward takes vmap's slow per-sample fallback, how much faster is
+``traced_backward``'s joint graph?
+
+Candidates: every OpInfo op whose ``builtin`` records (scenarios ``vmap_all_args`` /
+``vmap_cotangents``) in the saved sweep (``data/coverage-all.json.gz``, key ``records``) have
+non-empty ``fallback_ops``.
+
+Per op: its float32 samples in order, each prepared as the sweep prepares it
+(:func:`funcbwd.measure.coverage_ops.prepare`: distinct batch entries, the per-sample loop of
+torch's vjp as the reference) at batch ``batch``; per sample the in_dims choices in the sweep's
+order (all args at 0 first). The first (sample, in_dims) where builtin passes *and takes the
+fallback* and traced_backward passes (both compared with the loop,
+:func:`funcbwd.run.compare.check_close`) is timed: ``vmap(h, in_dims)(*args)``, ``h`` the whole
+``vjp`` (eager forward, then ``vjp_fn`` on the cotangents) as the sweep builds it
+(:meth:`Prepared.vjp_function`; traced_backward inside the scoped batching rules, as in the
+sweep; its graph is traced in the warm-up call, not timed; trace seconds are reported apart).
+Timing: ``repeats`` pairs, builtin and traced_backward back to back, alternating which goes first
+(:func:`funcbwd.measure.timing.sample_once`, the thread-CPU clock: immune to other processes on
+a shared machine; wall kept too); per op the median of the per-pair ratios builtin / traced with
+a distribution-free 95% interval (:func:`funcbwd.measure.timing.median_interval`). Warnings are
+silenced while timing (the fallback warns on every call when they are not).
+
+An op fails (with the reason) when it cannot be swept, when no (sample, in_dims) within the
+per-op budget has both passing with builtin falling back, or when timing raises. Across the
+measured ops: quartiles, worst, best, and whether the median speedup meets :data:`TARGET`.
+A pass where traced_backward refused its graph (whole's mechanism ran) is measured and flagged
+(``graph_ran`` False, with the refusal).
+
+Run: ``python -m funcbwd.studies.coverage.fallback_speedup --out data/fallback-speedup.json``
+(progress on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import gzip
+import json
+import math
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import torch
+from torch.func import vmap
+
+from funcbwd import batching
+from funcbwd.errors import first_line
+from funcbwd.measure import coverage_ops, timing
+from funcbwd.run.compare import Mismatch, check_close
+from funcbwd.run.outcomes import fallback_ops
+from funcbwd.strategies import get_strategy, provenance
+from funcbwd.strategies.traced_backward import TracedBackward
+
+TARGET = 10.0
+SCENARIOS = ("vmap_all_args", "vmap_cotangents")
+COVERAGE_FILE = Path(__file__).resolve().parents[4] / "data" / "coverage-all.json.gz"
+DEFAULT_REPEATS = 21
+#: the fewest pairs a tight per-op budget may cut the repeats to (a 95% interval for the median,
+#: :func:`funcbwd.measure.timing.median_interval`, needs at least 6)
+MIN_REPEATS = 9
+DEFAULT_BUDGET_S = 60.0
+#: seconds one timed sample aims at (calls per sample calibrated to it)
+SAMPLE_S = 0.02
+
+
+def candidates(path: str | Path = COVERAGE_FILE) -> dict[str, list[str]]:
+    """op -> the ATen ops builtin fell back for, over its builtin records of :data:`SCENARIOS`."""
+    with gzip.open(path, "rt") as f:
+        records = json.load(f)["records"]
+    out: dict[str, set[str]] = {}
+    for r in records:
+        if r["strategy"] == "builtin" and r["scenario"] in SCENARIOS and r["fallback_ops"]:
+            out.setdefault(r["op"], set()).update(r["fallback_ops"])
+    return {op: sorted(v) for op, v in sorted(out.items())}
+
+
+# ------------------------------------------------------------------------------ one configuration
+def _attempt(p: coverage_ops.Prepared, strategy: Any, in_dims: tuple, rules: bool) -> dict[str, Any]:
+    """One checked call of ``vmap(h, in_dims)``: status, fallback ops, the strategy's events."""
+    h = p.vjp_function(strategy, rules=rules)
+    out: dict[str, Any] = {"status": "pass", "message": "", "fallback_ops": [], "events": []}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with provenance.collecting() as events:
+                actual = vmap(h, in_dims=in_dims)(*p.batched(in_dims))
+            out["events"] = [e for e in events if e.strategy == strategy.name]
+            like = [p.flat[d] for d in p.diff]
+            actual = [torch.zeros((p.batch, *l.shape), dtype=l.dtype) if a is None else a
+                      for a, l in zip(actual, like)]
+            check_close(actual, p.expected(in_dims), f"in_dims={in_dims}")
+        except Mismatch as e:
+            out.update(status="mismatch", message=str(e))
+        except Exception as e:  # noqa: BLE001 - a failure is a reason, not a crash of the study
+            out.update(status="fail", message=f"{type(e).__name__}: {first_line(str(e), 160)}")
+    out["fallback_ops"] = fallback_ops(caught)
+    return out
+
+
+def _timed_pair(p: coverage_ops.Prepared, in_dims: tuple, traced: TracedBackward, repeats: int,
+                budget_s: float) -> dict[str, Any]:
+    """Paired, interleaved timing of builtin and traced_backward (see the module docstring).
+    traced_backward's scoped rules are entered around each sample, outside its clock."""
+    args = p.batched(in_dims)
+    h_b = p.vjp_function(get_strategy("builtin"))
+    h_t = p.vjp_function(traced, rules=False)  # the rules: entered around the samples instead
+    arms = [lambda: vmap(h_b, in_dims=in_dims)(*args), lambda: vmap(h_t, in_dims=in_dims)(*args)]
+    contexts = [contextlib.nullcontext, batching.scoped_rules]
+    samples: list[list[dict[str, float]]] = [[], []]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        numbers, pair_s = [], 0.0
+        for arm, ctx in zip(arms, contexts):
+            with ctx():
+                numbers.append(timing.calibrate(arm, SAMPLE_S, 1000))  # warm-up: traces once
+                pair_s += timing.sample_once(arm, 1)["wall"] * numbers[-1]
+        reps = min(repeats, max(MIN_REPEATS, int(budget_s / max(pair_s, 1e-9))))
+        for i in range(reps):
+            for a in ((0, 1) if i % 2 == 0 else (1, 0)):
+                with contexts[a]():
+                    samples[a].append(timing.sample_once(arms[a], numbers[a]))
+    cpu = [[x["thread_cpu"] for x in arm] for arm in samples]
+    wall = [[x["wall"] for x in arm] for arm in samples]
+    ratios = [b / t for b, t in zip(*cpu)]
+    lo, hi = timing.median_interval(ratios)
+    return {"repeats": reps, "numbers": numbers,
+            "builtin_s": [round(x, 9) for x in cpu[0]], "traced_s": [round(x, 9) for x in cpu[1]],
+            "builtin_median_s": statistics.median(cpu[0]),
+            "traced_median_s": statistics.median(cpu[1]),
+            "speedup": statistics.median(ratios), "speedup_ci95": [lo, hi],
+            "speedup_wall": statistics.median(b / t for b, t in zip(*wall))}
+
+
+def measure_op(name: str, batch: int = 64, repeats: int = DEFAULT_REPEATS,
+               budget_s: float = DEFAULT_BUDGET_S) -> dict[str, Any]:
+    """One op's row: the first (sample, in_dims) where both pass and builtin falls back, timed;
+    or ``status`` "failed" with the ``reason`` (and what each tried sample did)."""
+    start = time.perf_counter()
+    row: dict[str, Any] = {"op": name, "status": "failed", "reason": "", "tried": []}
+    op = coverage_ops.op_by_id(name)
+    why = coverage_ops.not_sweepable(op)
+    if why:
+        row["reason"] = why
+        return row
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        smps = coverage_ops.samples(op, True)
+    builtin = get_strategy("builtin")
+    for i, sample in enumerate(smps):
+        if time.perf_counter() - start > budget_s:
+            row["reason"] = f"budget of {budget_s:.0f} s spent after {i} of {len(smps)} samples"
+            break
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                p = coverage_ops.prepare(op, sample, batch=batch)
+            except Exception as e:  # noqa: BLE001
+                p = f"prepare fails: {type(e).__name__}: {first_line(str(e), 120)}"
+        if isinstance(p, str):
+            row["tried"].append({"sample": i, "skipped": p})
+            continue
+        for in_dims in p.choices:
+            if time.perf_counter() - start > budget_s:
+                row["reason"] = (f"budget of {budget_s:.0f} s spent in sample {i} of {len(smps)} "
+                                 "before a timed one")
+                break
+            b = _attempt(p, builtin, in_dims, rules=False)
+            tried = {"sample": i, "in_dims": list(in_dims), "builtin": b["status"],
+                     "builtin_fallback_ops": b["fallback_ops"]}
+            row["tried"].append(tried)
+            if b["status"] != "pass" or not b["fallback_ops"]:
+                tried["why"] = b["message"] or "builtin takes no fallback here"
+                continue
+            traced = TracedBackward()
+            t = _attempt(p, traced, in_dims, rules=True)
+            tried.update(traced_backward=t["status"], traced_fallback_ops=t["fallback_ops"])
+            if t["status"] != "pass":
+                tried["why"] = t["message"]
+                continue
+            graph = [e for e in t["events"] if e.ran]
+            refused = [e.detail for e in t["events"] if not e.ran]
+            row.update(status="measured", sample=i, in_dims=list(in_dims), entries=p.entries_kind,
+                       builtin_fallback_ops=b["fallback_ops"], traced_fallback_ops=t["fallback_ops"],
+                       graph_ran=bool(graph) and not refused,
+                       graph=(graph[0].detail if graph else ""), refusal=refused[0] if refused else "",
+                       trace_s=round(sum(traced.trace_seconds), 4))
+            try:
+                row.update(_timed_pair(p, in_dims, traced, repeats,
+                                       max(budget_s - (time.perf_counter() - start), 5.0)))
+            except Exception as e:  # noqa: BLE001
+                row.update(status="failed", reason=f"timing raised {type(e).__name__}: "
+                                                   f"{first_line(str(e), 120)}")
+            row["seconds"] = round(time.perf_counter() - start, 2)
+            return row
+        if row["reason"]:
+            break
+    if not row["reason"]:
+        row["reason"] = _why_none(row["tried"])
+    row["seconds"] = round(time.perf_counter() - start, 2)
+    return row
+
+
+def _why_none(tried: Sequence[dict[str, Any]]) -> str:
+    if not tried:
+        return "no samples"
+    if all("skipped" in t for t in tried):
+        return "no sample can be swept: " + tried[0]["skipped"]
+    if not any(t.get("builtin") == "pass" and t.get("builtin_fallback_ops") for t in tried):
+        fails = [t for t in tried if t.get("builtin") and t["builtin"] != "pass"]
+        return ("builtin takes no fallback where it passes at this batch"
+                + (f" (and fails: {fails[0]['why']})" if fails else ""))
+    bad = next((t for t in tried if t.get("traced_backward") not in (None, "pass")), None)
+    return (f"traced_backward {bad['traced_backward']}s where builtin falls back: {bad['why']}"
+            if bad else "no (sample, in_dims) where both pass")
+
+
+# ------------------------------------------------------------------------------ the study
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The distribution of per-op median speedups over the measured ops, and the verdict."""
+    measured = sorted((r for r in rows if r["status"] == "measured"), key=lambda r: r["speedup"])
+    s = [r["speedup"] for r in measured]
+    if not s:
+        return {"measured": 0, "failed": len(rows), "target": TARGET, "met": False}
+    q = statistics.quantiles(s, n=4, method="inclusive") if len(s) > 1 else [s[0]] * 3
+    return {"measured": len(s), "failed": len(rows) - len(s), "target": TARGET,
+            "median_speedup": statistics.median(s), "q1": q[0], "q3": q[2],
+            "worst": {"op": measured[0]["op"], "speedup": s[0]},
+            "best": {"op": measured[-1]["op"], "speedup": s[-1]},
+            "met": statistics.median(s) >= TARGET,
+            "at_least_target": sum(x >= TARGET for x in s), "slower": sum(x < 1 for x in s),
+            "graph_refused": [r["op"] for r in measured if not r["graph_ran"]],
+            "by_fallback_left": {k: {r["op"]: round(r["speedup"], 3) for r in measured
+                                     if _left(r) == k} for k in ("none", "some", "all")}}
+
+
+def _left(row: dict[str, Any]) -> str:
+    """How much of builtin's fallback traced_backward leaves: none, some or all of its ops (what
+    is left runs in the eager forward, or in the forward the graph recomputes)."""
+    left = set(row["traced_fallback_ops"]) & set(row["builtin_fallback_ops"])
+    return "none" if not row["traced_fallback_ops"] else "all" if left == set(
+        row["builtin_fallback_ops"]) else "some"
+
+
+def run(ops: str | Iterable[str] | None = None, batch: int = 64, repeats: int = DEFAULT_REPEATS,
+        progress: bool = True, budget_s: float = DEFAULT_BUDGET_S,
+        coverage_file: str | Path = COVERAGE_FILE) -> dict[str, Any]:
+    """The study over ``ops`` (default: :func:`candidates` of ``coverage_file``)."""
+    found = candidates(coverage_file) if Path(coverage_file).exists() else {}
+    chosen = list(found) if ops is None else coverage_ops.select_ops(ops)
+    rows = []
+    for k, name in enumerate(chosen, 1):
+        row = measure_op(name, batch, repeats, budget_s)
+        row["fallback_ops_in_sweep"] = found.get(name, [])
+        rows.append(row)
+        if progress:
+            text = (f"{row['speedup']:.1f}x [{row['speedup_ci95'][0]:.1f}, "
+                    f"{row['speedup_ci95'][1]:.1f}]" + ("" if row["graph_ran"] else " (no graph)")
+                    if row["status"] == "measured" else f"failed: {row['reason']}")
+            print(f"[{k}/{len(chosen)}] {name}: {first_line(text, 70)} ({row['seconds']} s)",
+                  file=sys.stderr, flush=True)
+    meta = {"torch": torch.__version__, "batch": batch, "repeats": repeats, "budget_s": budget_s,
+            "clock": "thread_cpu", "threads": torch.get_num_threads(),
+            "date": datetime.date.today().isoformat(), "candidates": chosen,
+            "source": "builtin records with fallback_ops in data/coverage-all.json.gz",
+            "method": __doc__.split("\n\n")[2].replace("\n", " ")}
+    return {"meta": meta, "summary": summarize(rows), "ops": rows}
+
+
+def format_result(result: dict[str, Any]) -> str:
+    s = result["summary"]
+    lines = [f"{s['measured']} ops measured, {s['failed']} failed (batch {result['meta']['batch']})"]
+    if s["measured"]:
+        lines.append(f"median speedup {s['median_speedup']:.1f}x (target {TARGET:.0f}x: "
+                     f"{'met' if s['met'] else 'missed'}); quartiles {s['q1']:.1f}x .. "
+                     f"{s['q3']:.1f}x; worst {s['worst']['op']} {s['worst']['speedup']:.2f}x, "
+                     f"best {s['best']['op']} {s['best']['speedup']:.1f}x")
+        for k, ops in s["by_fallback_left"].items():
+            vals = sorted(ops.values())
+            lines.append(f"  traced_backward leaves {k} of builtin's fallback ops: {len(vals)} ops"
+                         + (f", median {statistics.median(vals):.2f}x" if vals else ""))
+    for r in result["ops"]:
+        if r["status"] == "failed":
+            lines.append(f"  failed {r['op']}: {first_line(r['reason'], 80)}")
+    return "\n".join(lines)
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ops", default=None, help="comma-separated OpInfo ids (default: candidates)")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
+    ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, help="seconds per op")
+    ap.add_argument("--out", default=None, help="JSON file to write")
+    a = ap.parse_args(argv)
+    result = run(a.ops, a.batch, a.repeats, True, a.budget)
+    print(format_result(result))
+    if a.out:
+        Path(a.out).write_text(json.dumps(_jsonable(result), indent=1) + "\n")
+        print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
