@@ -281,7 +281,8 @@ def load_cost(path: str) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------ views
-_COLORS = {"pass": "#d4edda", "fail": "#f8d7da", "mismatch": "#fde2b8", "not_applicable": "#eeeeee"}
+_COLORS = {"pass": "#d4edda", "fail": "#f8d7da", "mismatch": "#fde2b8", "timeout": "#d6d8f5",
+           "not_applicable": "#eeeeee"}
 
 
 def change(per: dict[str, dict]) -> str:
