@@ -67,6 +67,29 @@ class DispatchState:
         return "; ".join(diffs) or "no difference"
 
 
+def _key_names(key_set_text: str) -> set[str]:
+    inner = key_set_text.strip()
+    inner = inner[inner.find("(") + 1: inner.rfind(")")]
+    return {k.strip() for k in inner.split(",") if k.strip()}
+
+
+def restore_dispatch_state(state: DispatchState) -> None:
+    """Put the functorch stack depth, the dispatch TLS include/exclude sets, grad mode and the
+    vmap fallback flag back to ``state`` (cleanup after a leak was detected and reported)."""
+    restore_stack_depth(state.depth)
+    for text, now, setter in ((state.include, tls_include_set(), torch._C._dispatch_tls_set_dispatch_key_included),
+                              (state.exclude, tls_exclude_set(), torch._C._dispatch_tls_set_dispatch_key_excluded)):
+        want, have = _key_names(text), _key_names(now)
+        for name, flag in [(n, False) for n in have - want] + [(n, True) for n in want - have]:
+            key = getattr(_DK, name, None)
+            if key is None:  # a functionality key Python cannot name: say so, do not guess
+                raise RuntimeError(f"cannot restore dispatch key {name!r} (not in torch._C.DispatchKey); "
+                                   "the process's dispatch state is corrupted: restart it")
+            setter(key, flag)
+    torch.set_grad_enabled(state.grad_enabled)
+    _F._set_vmap_fallback_enabled(state.fallback_enabled)
+
+
 def dispatch_state() -> DispatchState:
     return DispatchState(depth=stack_depth(), include=tls_include_set(), exclude=tls_exclude_set(),
                          functionalize_included=functionalize_included(),
@@ -213,13 +236,18 @@ def cleared_functorch_state() -> Iterator[None]:
     ``finally``."""
     from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack
 
-    with temporarily_clear_interpreter_stack():
-        with torch._C._ForceDispatchKeyGuard(
-            torch._C.DispatchKeySet(_DK.BackendSelect) | torch._C.DispatchKeySet(_DK.ADInplaceOrView),
-            torch._C._dispatch_tls_local_exclude_set().remove(_DK.FuncTorchDynamicLayerFrontMode)
-            .remove(_DK.FuncTorchDynamicLayerBackMode),
-        ):
-            yield
+    # The outer guard re-forces the caller's own TLS, so leaving it puts that TLS back exactly:
+    # under a jvp level, restoring the interpreter stack alone leaves the inner forced sets
+    # behind on torch 2.13 (seen tracing inside vmap(jvp(vjp))).
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(),
+                                         torch._C._dispatch_tls_local_exclude_set()):
+        with temporarily_clear_interpreter_stack():
+            with torch._C._ForceDispatchKeyGuard(
+                torch._C.DispatchKeySet(_DK.BackendSelect) | torch._C.DispatchKeySet(_DK.ADInplaceOrView),
+                torch._C._dispatch_tls_local_exclude_set().remove(_DK.FuncTorchDynamicLayerFrontMode)
+                .remove(_DK.FuncTorchDynamicLayerBackMode),
+            ):
+                yield
 
 
 def dispatch_state_guard_args() -> tuple:

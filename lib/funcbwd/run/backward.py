@@ -56,8 +56,12 @@ def vmap_all_args(case: Case) -> list[Trial]:
     op, s, st = case.op, case.sample, case.strategy
     cts = [(f"cotangent {i}", c) for i, c in enumerate(case.cotangents(200, batched=False))]
 
+    others = [p for p in s.tensor_positions() if p not in s.diff]
+
     def transform(full: list, c: Sequence[torch.Tensor]) -> tuple:
-        _, vjp_fn = st.vjp(bind(op, st, full, s.diff), *[full[p] for p in s.diff])
+        # the non-differentiated tensor args (batched too) are the vjp's ``inputs``
+        f = bind(op, st, full, list(s.diff) + others)
+        _, vjp_fn = st.vjp(f, *[full[p] for p in s.diff], inputs=[full[p] for p in others])
         return vjp_fn(tuple(c))
 
     return per_in_dims(case, cts, transform,

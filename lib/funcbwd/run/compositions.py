@@ -77,6 +77,13 @@ def _normalized(op: Callable, flat: Sequence[Any], spec: Any, kwargs: dict, proc
 _leaves = pytree.tree_leaves
 
 
+def closure_vjp(fn: Callable, *primals: Any, inputs: Sequence[Any] = ()) -> tuple:
+    """``torch.func.vjp`` of ``fn(*primals, *inputs)`` w.r.t. ``primals`` (``inputs`` fixed): the
+    signature every strategy's ``vjp`` has, for the references."""
+    inputs = tuple(inputs)
+    return torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
+
+
 # ------------------------------------------------------------------------------ the built object
 @dataclasses.dataclass(frozen=True)
 class Composition:
@@ -93,7 +100,9 @@ class Composition:
     batch_norm_and_training: bool = False
     top_level: tuple | None = None
 
-    def function(self, vjp: Callable = torch.func.vjp, jvp: Callable = torch.func.jvp) -> Callable:
+    def function(self, vjp: Callable | None = None, jvp: Callable = torch.func.jvp) -> Callable:
+        if vjp is None or vjp is torch.func.vjp:  # the plain one takes no ``inputs``
+            vjp = closure_vjp
         return self.make(vjp, jvp)
 
     def tensor_positions(self) -> list[int]:
@@ -122,7 +131,7 @@ class Composition:
         return out
 
     def run(self, in_dims: Sequence, entries: Sequence[Sequence[torch.Tensor]], *,
-            vjp: Callable = torch.func.vjp, jvp: Callable = torch.func.jvp,
+            vjp: Callable | None = None, jvp: Callable = torch.func.jvp,
             vmap: Callable = torch.func.vmap, transform: Callable = lambda c: c) -> tuple[tuple, tuple]:
         """(actual, expected): ``vmap(function(vjp, jvp), in_dims)`` of the batched args (through
         ``transform``, a strategy's hook), and the per-sample loop of torch.func's composition."""
@@ -131,6 +140,24 @@ class Composition:
             *self.batched(in_dims, entries))
         return tuple(_leaves(actual)), self.expected(in_dims, entries)
 
+    def actual(self, in_dims: Sequence, batched: Sequence[Any], *, vjp: Callable | None = None,
+               jvp: Callable = torch.func.jvp, transform: Callable = lambda c: c) -> tuple:
+        """The vmapped composition of :meth:`batched` args, through ``transform`` (a strategy's
+        hook), as flat output leaves."""
+        f = self.function(vjp, jvp)
+        return tuple(_leaves(transform(lambda *a: torch.func.vmap(f, in_dims=tuple(in_dims),
+                                                                  out_dims=0)(*a))(*batched)))
+
+    def nested_actual(self, in_dims: Sequence, batched: Sequence[Any], batch: int, *,
+                      vjp: Callable | None = None, jvp: Callable = torch.func.jvp,
+                      transform: Callable = lambda c: c) -> tuple:
+        """The vmap-of-vmap call of :func:`vmap_of_vmap` on :meth:`batched` args (it must equal
+        the per-sample loop with a size-1 dim inserted at 1)."""
+        f = self.function(vjp, jvp)
+        inner = torch.func.vmap(lambda dummy, *a: f(*a), in_dims=(0,) + (None,) * len(in_dims))
+        outer = torch.func.vmap(inner, in_dims=(0,) + tuple(in_dims))
+        return tuple(_leaves(transform(outer)(torch.ones(batch, 1), *batched)))
+
     def expected(self, in_dims: Sequence, entries: Sequence[Sequence[torch.Tensor]]) -> tuple:
         ref = self.function()
         batch = len(entries[0]) if entries else 1
@@ -138,7 +165,7 @@ class Composition:
         return tuple(torch.stack(col) for col in zip(*rows))
 
     def nested(self, in_dims: Sequence, entries: Sequence[Sequence[torch.Tensor]], *,
-               vjp: Callable = torch.func.vjp, jvp: Callable = torch.func.jvp,
+               vjp: Callable | None = None, jvp: Callable = torch.func.jvp,
                vmap: Callable = torch.func.vmap) -> tuple[tuple, tuple]:
         """(actual, expected) of :func:`vmap_of_vmap` for this choice."""
         nested, expected = vmap_of_vmap(self.function(vjp, jvp), in_dims,
@@ -170,10 +197,14 @@ def vmapvjp(op: Callable, sample: Any, g: torch.Generator, *, name: str = "") ->
         out = _normalized(op, flat, spec, kwargs, process, at)(*[flat[i] for i in at])
     (cts, ct_spec), n = pytree.tree_flatten(_randn_like(out, g)), len(flat)
 
+    other = [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor) and i not in at]
+
     def make(vjp: Callable, jvp: Callable) -> Callable:
         def f(*xs: Any) -> tuple:
-            fn = _normalized(op, xs[:n], spec, kwargs, process, at)
-            _, vjp_fn = vjp(fn, *[xs[i] for i in at])
+            # the non-differentiated tensors (indices, masks: batched too) go to ``vjp`` as
+            # ``inputs``, not captured by the function: a strategy may make them graph inputs
+            fn = _normalized(op, xs[:n], spec, kwargs, process, list(at) + other)
+            _, vjp_fn = vjp(fn, *[xs[i] for i in at], inputs=[xs[i] for i in other])
             return tuple(vjp_fn(pytree.tree_unflatten(list(xs[n:]), ct_spec)))
         return f
 
@@ -320,8 +351,9 @@ class VjpOfVmap(Composition):
         return _normalized(f, batched, self.spec, self.kwargs, self.process, self.primal_at)
 
     def run(self, in_dims: Sequence, entries: Sequence[Sequence[torch.Tensor]], *,
-            vjp: Callable = torch.func.vjp, jvp: Callable = torch.func.jvp,
+            vjp: Callable | None = None, jvp: Callable = torch.func.jvp,
             vmap: Callable = torch.func.vmap, transform: Callable = lambda c: c) -> tuple[tuple, tuple]:
+        vjp = vjp or closure_vjp
         batched = self.batched(in_dims, entries)
         dims = pytree.tree_unflatten(list(in_dims), self.spec)
         fn = self._normalized_at(vmap(self.op, in_dims=tuple(dims)), batched)
@@ -334,6 +366,17 @@ class VjpOfVmap(Composition):
 
         actual = transform(composed)(*primals)
         return tuple(_leaves(actual)), self.expected(in_dims, entries, cts)
+
+    def actual(self, in_dims: Sequence, batched: Sequence[Any], *, vjp: Callable | None = None,
+               jvp: Callable = torch.func.jvp, transform: Callable = lambda c: c) -> tuple:
+        """``vjp`` of the vmapped op at the batched primals, through ``transform``."""
+        vjp = vjp or closure_vjp
+        dims = pytree.tree_unflatten(list(in_dims), self.spec)
+        fn = self._normalized_at(torch.func.vmap(self.op, in_dims=tuple(dims)), batched)
+        primals = [batched[i] for i in self.primal_at]
+        with torch.no_grad():
+            cts = self._cotangents(fn(*primals))
+        return tuple(_leaves(transform(lambda *p: vjp(fn, *p)[1](cts))(*primals)))
 
     def expected(self, in_dims: Sequence, entries: Sequence[Sequence[torch.Tensor]],
                  cts: Any = None) -> tuple:

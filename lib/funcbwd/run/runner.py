@@ -300,7 +300,7 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
         # hide. Record it, then restore the stack so the next cell starts clean.
         result.status, result.reason = "fail", "leaked_state"
         result.message = f"left transform state changed: {before.describe_difference(after)}"
-        internals.restore_stack_depth(before.depth)
+        internals.restore_dispatch_state(before)
     result.seconds = time.perf_counter() - start
     result.detail = label
     result.fallback_ops = fallback_ops(caught)

@@ -1,5 +1,7 @@
-"""Every scenario, by name: the backward ones (:mod:`funcbwd.run.backward`) then the forward-mode
-ones (:mod:`funcbwd.run.forward`). The runner looks scenarios up here.
+"""Every scenario, by name: the backward ones (:mod:`funcbwd.run.backward`), the forward-mode
+ones (:mod:`funcbwd.run.forward`), then functorch's compositions (:mod:`funcbwd.run.functorch`,
+group "functorch": the OpInfo sweep's, run on request elsewhere). The runner looks scenarios up
+here.
 
 Names: :data:`SCENARIOS` / :data:`SCENARIO_NAMES` are all of them; :data:`BACKWARD_NAMES` and
 :data:`FORWARD_NAMES` the two groups (a scenario runs the formulas of one op kind,
@@ -12,13 +14,16 @@ from typing import Iterable
 
 from funcbwd.run.backward import BACKWARD
 from funcbwd.run.forward import FORWARD
+from funcbwd.run.functorch import FUNCTORCH
 from funcbwd.run.scenario import (BATCH, Case, Scenario, Trial, bind, in_dims_choices,  # noqa: F401
                                   loop_vjp, output_shapes)
 
-SCENARIOS: dict[str, Scenario] = {**BACKWARD, **FORWARD}
+SCENARIOS: dict[str, Scenario] = {**BACKWARD, **FORWARD, **FUNCTORCH}
 SCENARIO_NAMES = tuple(SCENARIOS)
 BACKWARD_NAMES = tuple(BACKWARD)
 FORWARD_NAMES = tuple(FORWARD)
+#: functorch's compositions (PyTorch's test_ops.py): the OpInfo sweep's scenarios
+FUNCTORCH_NAMES = tuple(FUNCTORCH)
 
 
 def names_for(kinds: Iterable[str], group: str = "matrix") -> list[str]:

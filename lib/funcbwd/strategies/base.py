@@ -10,7 +10,7 @@ strategy that was active when the graph was built, whatever thread or transform 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
 
 import torch.func
 
@@ -68,8 +68,12 @@ class Strategy:
         return op.formula(*args)
 
     # --- transform entry points ---------------------------------------------------------------
-    def vjp(self, fn: Callable, *primals: Any):
-        return torch.func.vjp(fn, *primals)
+    def vjp(self, fn: Callable, *primals: Any, inputs: Sequence[Any] = ()):
+        """``(out, vjp_fn)`` of ``fn(*primals, *inputs)`` w.r.t. ``primals``; ``inputs``: tensors
+        ``fn`` reads but is not differentiated for (indices, masks), passed rather than captured
+        so a strategy can tell them apart (``traced_backward`` makes them graph inputs)."""
+        inputs = tuple(inputs)
+        return torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
 
     def grad(self, fn: Callable, argnums: Any = 0) -> Callable:
         return torch.func.grad(fn, argnums=argnums)

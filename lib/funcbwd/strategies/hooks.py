@@ -211,8 +211,8 @@ class Hooks(Strategy):
         """Any callable (e.g. a builtin torch op) with its backward graph hooked."""
         return functionalize_backward(fn)
 
-    def vjp(self, fn: Callable, *primals: Any):
-        out, vjp_fn = torch.func.vjp(functionalize_backward(fn), *primals)
+    def vjp(self, fn: Callable, *primals: Any, inputs: Sequence[Any] = ()):
+        out, vjp_fn = super().vjp(functionalize_backward(fn), *primals, inputs=inputs)
         return out, self.scoped_backward(vjp_fn)
 
     def grad(self, fn: Callable, argnums: Any = 0) -> Callable:

@@ -231,6 +231,15 @@ class Refused:
 
 def build(joint: Callable[..., tuple], flat: Sequence[Any], check: bool = True
           ) -> JointGraph | Refused:
+    """:func:`_build` outside every transform: the elision pass runs ops on the trace's fake
+    tensors, which under a jvp level (vmapjvpvjp) corrupts the dispatch TLS on torch 2.13."""
+    specs = [tensor_spec(a) if isinstance(a, torch.Tensor) else a for a in flat]  # logical, read here
+    with internals.cleared_functorch_state():
+        return _build(joint, flat, specs, check)
+
+
+def _build(joint: Callable[..., tuple], flat: Sequence[Any], logical: Sequence[Any],
+           check: bool = True) -> JointGraph | Refused:
     """Trace ``joint`` for ``flat``'s signature (:func:`trace_joint`), refuse it
     (:func:`refusal`), drop dead nodes, elide copies and rewrite ``select_scatter`` on a copy,
     check (unless ``check`` is False) and compile the graph that runs."""
@@ -248,7 +257,7 @@ def build(joint: Callable[..., tuple], flat: Sequence[Any], check: bool = True
     rewrites = rewrite_select_scatter(elided)
     rewrite_select_scatter(traced)
     tpos = _tensor_positions(flat)
-    specs = [tensor_spec(flat[p]) for p in tpos]
+    specs = [logical[p] for p in tpos]
     tried = []
     for gm, is_elided in ((elided, True), (traced, False))[: 2 if report.count else 1]:
         bindings = bindings_equivalent(gm, specs)
@@ -295,11 +304,19 @@ class TracedBackward(Strategy):
                 return hit
             start = time.perf_counter()
             self._tracing += 1
+            before = internals.dispatch_state()
             try:
                 self.trace_count += 1
                 hit = build(joint, flat, self.check)
             finally:
                 self._tracing -= 1
+                after = internals.dispatch_state()
+                if after != before:
+                    # Seen on torch 2.13 when tracing under a jvp level (vmapjvpvjp): make_fx leaves
+                    # the forced dispatch TLS of the trace behind. Undo it, trust no graph from it.
+                    internals.restore_dispatch_state(before)
+                    hit = Refused(f"tracing changed the dispatch state ({before.describe_difference(after)[:120]}); "
+                                  "restored, graph not used")
             self.trace_seconds.append(time.perf_counter() - start)
             self._cache[key] = hit
             while len(self._cache) > CACHE_SIZE:

@@ -74,8 +74,8 @@ class Whole(Strategy):
     acts_on_builtin_nodes = True
     backward_only = True
 
-    def vjp(self, fn: Callable, *primals: Any):
-        out, vjp_fn = torch.func.vjp(fn, *primals)
+    def vjp(self, fn: Callable, *primals: Any, inputs: Sequence[Any] = ()):
+        out, vjp_fn = super().vjp(fn, *primals, inputs=inputs)
         return out, self.scoped_backward(functionalized_when_vmapped(vjp_fn, self.name))
 
     def grad(self, fn: Callable, argnums: Any = 0) -> Callable:
