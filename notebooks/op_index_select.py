@@ -59,7 +59,7 @@ spec = registry.get_op(OP)
 import torch
 from torch.func import functionalize, vmap
 
-from funcbwd.ops import legacy_formulas as L
+from funcbwd.ops.discussion import index_select as L
 
 x, dim, index = spec.sample("dim0 repeated").args
 print("index:", index.tolist())

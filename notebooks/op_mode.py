@@ -61,7 +61,7 @@ spec = registry.get_op(OP)
 import torch
 from torch.func import functionalize, vmap
 
-from funcbwd.ops import legacy_formulas as L
+from funcbwd.ops.discussion import value_selecting as L
 
 shared = {name: registry.get_op(name).formula for name in ("topk", "sort", "mode")}
 for name, formula in shared.items():

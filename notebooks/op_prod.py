@@ -60,7 +60,7 @@ spec = registry.get_op(OP)
 import torch
 from torch.func import functionalize, vmap
 
-from funcbwd.ops import legacy_formulas as L
+from funcbwd.ops.discussion import prod as L
 
 for smp in spec.samples()[:3]:  # the full reductions: no zeros, one zero, two zeros
     x = smp.args[0]

@@ -15,7 +15,8 @@ import torch.autograd.forward_ad as fwAD
 from torch.func import jacfwd, jacrev
 
 import funcbwd
-from funcbwd.ops import legacy_ops, live_jvp, registry
+from funcbwd.ops import legacy_ops, registry
+from funcbwd.ops.live import jvp as live_jvp
 from funcbwd.run import matrix, runner
 from funcbwd.run.scenarios import BACKWARD_NAMES, FORWARD_NAMES, SCENARIOS, names_for
 from funcbwd.strategies import provenance

@@ -22,14 +22,15 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import vjp, vmap
 
 import funcbwd
-from funcbwd.ops.handfixed import HANDFIXED, handfixed_formula
 from funcbwd.run.runner import run as run_cell
+from funcbwd.strategies.handfixed import handfixed_formula
 
 TEST_OPS = ("masked_select", "clamp", "diag", "index_select", "topk", "prod", "mode", "sort")
-#: the legacy corpus this module's HANDFIXED table covers (other groups carry their own handfixed)
+#: the legacy corpus: each op's module defines its modern formula right below the legacy one
+#: (the live group carries the two branches of one helper instead)
 CORPUS = [n for g in ("test", "extended", "negative_control") for n in funcbwd.op_names(g)
           if funcbwd.get_op(n).kind == "backward"]
-HANDFIXED_OPS = [n for n in CORPUS if handfixed_formula(funcbwd.get_op(n)) is not None]
+HANDFIXED_OPS = [n for n in CORPUS if funcbwd.get_op(n).handfixed is not None]
 
 
 SCENARIOS = ("vmap_cotangents", "vmap_all_args", "vjp_of_vjp", "grad_inside_vmap", "jacrev",
@@ -81,18 +82,18 @@ def _assert_same(a: tuple, b: tuple, what: str) -> None:
 
 
 # ================================================================== (a) unbatched
-def test_table_covers_registered_ops_only_and_most_of_the_corpus():
-    assert set(HANDFIXED) <= set(CORPUS), sorted(set(HANDFIXED) - set(CORPUS))
-    assert set(TEST_OPS) <= set(HANDFIXED)
+def test_every_test_op_and_most_of_the_corpus_carry_a_modern_formula():
+    assert set(TEST_OPS) <= set(HANDFIXED_OPS)
     assert len(HANDFIXED_OPS) >= len(CORPUS) - 3, sorted(set(CORPUS) - set(HANDFIXED_OPS))
 
 
-@pytest.mark.parametrize("op", sorted(HANDFIXED))
+@pytest.mark.parametrize("op", HANDFIXED_OPS)
 def test_signature_is_the_legacy_formulas(op):
     def shape(fn):
         return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
 
-    assert shape(HANDFIXED[op]) == shape(funcbwd.get_op(op).formula)
+    spec = funcbwd.get_op(op)
+    assert shape(spec.handfixed) == shape(spec.formula)
 
 
 @pytest.mark.parametrize("op", HANDFIXED_OPS)
@@ -163,18 +164,18 @@ def test_graph_checks_can_fail_on_the_legacy_formulas():
             _trace(prod.formula, args)
 
 
-# ================================================================== the strategy and its table
+# ================================================================== the strategy and OpSpec.handfixed
 def test_strategy_is_registered_and_checked_against_the_legacy_loop():
     st = funcbwd.get_strategy("handfixed")
     assert st.name == "handfixed" and st.reference() is funcbwd.get_strategy("plain")
 
 
-def test_spec_handfixed_takes_precedence_over_the_table():
+def test_the_strategy_runs_the_specs_own_handfixed_formula():
     spec = funcbwd.get_op("diag")
-    assert handfixed_formula(spec) is HANDFIXED["diag"]
+    assert handfixed_formula(spec) is spec.handfixed is not None
 
     def own(grad, input_sizes, diagonal):
-        return HANDFIXED["diag"](grad, input_sizes, diagonal) * 2
+        return spec.handfixed(grad, input_sizes, diagonal) * 2
 
     patched = dataclasses.replace(spec, name="diag_handfixed_doubled", handfixed=own)
     assert handfixed_formula(patched) is own
@@ -267,7 +268,7 @@ def test_finding_builtin_masked_select_backward_is_wrong_under_vmap_for_broadcas
     cts = torch.randn(3, int(mask.sum()), generator=torch.Generator().manual_seed(7))
     loop = torch.stack([vjp_fn(c)[0] for c in cts])
     assert not torch.allclose(vmap(vjp_fn)(cts)[0], loop)
-    handfixed = vmap(lambda c: HANDFIXED["masked_select"](c, x, mask))(cts)
+    handfixed = vmap(lambda c: spec.handfixed(c, x, mask))(cts)
     torch.testing.assert_close(handfixed, loop)
 
 

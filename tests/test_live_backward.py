@@ -1,4 +1,4 @@
-"""The live corpus, backward part (funcbwd.ops.live_backward) against torch, against a broken variant, and
+"""The live corpus, backward part (funcbwd.ops.live.backward) against torch, against a broken variant, and
 against its inventory (docs/live-sites.md).
 
 * Faithfulness: for every registered site and sample, unbatched, the fast path (``formula``),
@@ -27,9 +27,9 @@ import torch
 
 import funcbwd
 from funcbwd import legacy
-from funcbwd.ops import live_backward as L
-from funcbwd.ops import live_backward_formulas as LF
-from funcbwd.ops import live_jvp as LJ
+from funcbwd.ops.live import backward as L
+from funcbwd.ops.live import index as LF  # the module whose _index_put_impl_ a test swaps
+from funcbwd.ops.live import jvp as LJ
 
 DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "live-sites.md"
 SPECS = {name: funcbwd.get_op(name) for name in L.SITES}

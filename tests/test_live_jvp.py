@@ -1,4 +1,4 @@
-"""The live forward-mode sites (funcbwd.ops.live_jvp): faithful, in place where claimed, and what
+"""The live forward-mode sites (funcbwd.ops.live.jvp): faithful, in place where claimed, and what
 vmap does to them.
 
 * faithfulness: for every site and sample, the fast path, the out-of-place path and torch's own
@@ -20,7 +20,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import funcbwd
-from funcbwd.ops import live_jvp as LJ
+from funcbwd.ops.live import jvp as LJ
 
 B = 3
 MODES = ("tangents", "primals")

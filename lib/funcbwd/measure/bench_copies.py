@@ -20,7 +20,7 @@ from funcbwd.errors import first_line
 from funcbwd.measure.bench_config import COPY_RULE, BenchConfig, variant
 from funcbwd.measure.bench_inputs import cotangents, resize
 from funcbwd.ops import registry
-from funcbwd.ops.handfixed import handfixed_formula
+from funcbwd.strategies.handfixed import handfixed_formula
 
 HANDFIXED = "handfixed"
 

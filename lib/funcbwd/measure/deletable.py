@@ -51,8 +51,9 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.func import vmap
 
-from funcbwd.ops import live_backward, live_jvp
-from funcbwd.ops.live_common import COMMIT, Site
+from funcbwd.ops.live import backward as live_backward
+from funcbwd.ops.live import jvp as live_jvp
+from funcbwd.ops.live.common import COMMIT, Site
 from funcbwd.ops.registry import OpSpec, Sample, get_op
 from funcbwd.run import runner
 from funcbwd.run.scenarios import names_for

@@ -30,7 +30,7 @@ class InjectedInterrupt(KeyboardInterrupt):
 
 
 def _diag_raising(point: str, exc: type[BaseException]) -> Callable[..., Any]:
-    # Same shape as funcbwd.ops.legacy_formulas.diag_backward's non-square branch, with a failure placed at ``point``.
+    # Same shape as funcbwd.ops.discussion.diag.diag_backward's non-square branch, with a failure placed at ``point``.
     def formula(grad: torch.Tensor, input_sizes, diagonal: int) -> torch.Tensor:
         if point == "before_first_op":
             raise exc("injected before the first op")

@@ -1,9 +1,10 @@
 """The op registry: one :class:`OpSpec` per op, tying the modern torch op to its legacy formula.
 
 Adding a formula is one call to :func:`register` (docs/adding-a-formula.md): the matrix,
-traces, graphs, bench and notebooks iterate over the registry and pick it up. The registrations
-themselves live beside this module (``test_ops``, ``corpus``, ``live_*``) and are loaded by
-``funcbwd.ops``; user formulas load as plugins (:mod:`funcbwd.ops.plugins`).
+traces, graphs, bench and notebooks iterate over the registry and pick it up. The built-in
+registrations live beside this module, each next to its formulas (``funcbwd.ops.corpus``,
+``funcbwd.ops.live``, ``funcbwd.ops.discussion``), and are loaded by ``funcbwd.ops``; user formulas
+load as plugins (:mod:`funcbwd.ops.plugins`).
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ def get_op(name: str) -> OpSpec:
 
 #: Groups that are registered (``get_op`` finds them, ``op_names(group)`` lists them) but left out
 #: of the default op set that ``op_names()`` / ``all_ops()`` return with no group (the matrix,
-#: report, bench and notebook defaults): "live", today's core sites (funcbwd.ops.live_*), are
+#: report, bench and notebook defaults): "live", today's core sites (funcbwd.ops.live), are
 #: asked for by group or by name.
 OPT_IN_GROUPS = frozenset({"live"})
 

@@ -2,8 +2,9 @@
 
 The reference that pays the same Python costs as every other strategy: the op is the legacy
 ``torch.autograd.Function`` (``generate_vmap_rule=True``), and its backward runs the formula core
-has today, written out of place in :mod:`funcbwd.ops.handfixed` (no functionalization, no
-tracing). ``builtin`` mixes two costs, running a backward formula in Python at all and
+has today, written out of place in Python (``OpSpec.handfixed``: for the built-in ops, defined
+right below the legacy formula in the op's module under :mod:`funcbwd.ops`; no functionalization,
+no tracing). ``builtin`` mixes two costs, running a backward formula in Python at all and
 functionalizing it; ``handfixed`` has only the first, so ``strategy / handfixed`` is the cost of
 the functionalization approach and ``handfixed / builtin`` the cost of Python.
 
@@ -13,12 +14,17 @@ strategy's, so a ``handfixed`` cell checks the modern formula against the legacy
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from funcbwd.errors import NotApplicableError
-from funcbwd.ops.handfixed import handfixed_formula
 from funcbwd.strategies import provenance
 from funcbwd.strategies.base import Strategy
+
+
+def handfixed_formula(op: Any) -> Callable[..., Any] | None:
+    """The modern formula ``op`` (an :class:`funcbwd.OpSpec`) carries, ``op.handfixed``; None when it
+    has none (among the built-ins block_diag, cumprod and narrow; their modules say why)."""
+    return op.handfixed
 
 
 class Handfixed(Strategy):
@@ -41,5 +47,4 @@ class Handfixed(Strategy):
 
     @staticmethod
     def _missing(op) -> str:
-        return (f"no handfixed formula for {op.name} (set OpSpec.handfixed or add it to "
-                "funcbwd.ops.handfixed.HANDFIXED)")
+        return f"no handfixed formula for {op.name} (its OpSpec.handfixed is None)"

@@ -1,22 +1,21 @@
-"""Forward-mode (JVP) helpers of today's core with an in-place fast path, re-created from C++
-(part 1: norm_jvp, logcumsumexp_jvp, logsumexp_jvp, householder_product_jvp and the forward use of
-linalg_matrix_exp_differential; the norm family is :mod:`funcbwd.ops.live_jvp_norms`).
-Registered by :mod:`funcbwd.ops.live_jvp`; the inventory is docs/live-sites.md.
+"""Live forward-mode sites of the reduction helpers: ``norm_jvp#1`` (p = 1) and ``#2`` (p = inf),
+``logcumsumexp_jvp#1`` and ``logsumexp_jvp#1``; each ``*_fast`` function is core's in-place
+branch, each ``*_out_of_place`` its subclass branch, registered right below.
 
-Each ``*_fast`` function is core's in-place branch line for line (``torch/csrc/autograd/
-FunctionsManual.cpp`` at pytorch/pytorch 002ca6715ba1); each ``*_out_of_place`` is its subclass
-branch, with the in-place ops core keeps on both branches also written out of place (marked
-``# core: ...``), so it contains no in-place op at all.
+Conventions (fast and out-of-place entry points, registration): :mod:`funcbwd.ops.live.jvp`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
 from funcbwd.errors import BadInputError
+from funcbwd.ops.live.common import SRC, randn, register_jvp_site
+from funcbwd.ops.live.common import tangent as _t
+from funcbwd.ops.registry import Sample
 
 
 def _unsqueeze_multiple(t: torch.Tensor, dims: Sequence[int], ndim: int) -> torch.Tensor:
@@ -124,75 +123,78 @@ def logsumexp_jvp_out_of_place(self_p, self_t, dim, keepdim):
     return result / sumexp_p  # core: result /= sumexp_p
 
 
-# ================================================================== householder_product_jvp
-def _householder_left(K, t, u_full, v_full, with_identity):
-    """apply_simple_transformation(modify_K_in_place=false, left=true): (I - t u v^H) K or -t u v^H K."""
-    transformation = (t.unsqueeze(-1) * u_full) * v_full.mH.matmul(K)
-    return K - transformation if with_identity else -transformation
+# ================================================================== registration
+def _dims(dim: Any, x: torch.Tensor) -> list[int]:
+    """``dim`` as a list; None (all dims) made explicit, which is what an empty list means in C++."""
+    if dim is None:
+        return list(range(x.dim()))
+    return [dim] if isinstance(dim, int) else list(dim)
 
 
-def _householder_right(K, t, u_full, v_full):
-    """apply_simple_transformation(modify_K_in_place=false, left=false): K (I - t u v^H)."""
-    return K - K.matmul(t.unsqueeze(-1) * u_full) * v_full.mH
+def _vector_norm_args(a, o, t):
+    return (a[0], _t(t, 0, a[0]), a[1], o[0], _dims(a[2], a[0]), a[3])
 
 
-def _householder_jvp(dV_, dtau, prod, V_, tau, fast):
-    k = tau.size(-1)
-    if fast:
-        V = V_.tril(-1)
-        V.diagonal(0, -2, -1).fill_(1.0)
-    else:  # core: V.diagonal(0, -2, -1).fill_(1.0) on both branches
-        V = V_.tril(-1) + torch.eye(V_.size(-2), V_.size(-1), dtype=V_.dtype, device=V_.device)
-    dV = dV_.tril(-1)
-    V_first_k_cols = V.narrow(-1, 0, k)
-    sigma = tau / (tau * (V_first_k_cols * V_first_k_cols.conj()).sum(-2) - 1.0)
-    H_plus = prod.detach().clone()
-    H_minus = torch.diag_embed(torch.ones(1, dtype=V.dtype, device=V.device).expand(V.shape[:-1]))
-    dprod = torch.zeros_like(prod)
-    for i in range(k):
-        v_i, dv_i = V.narrow(-1, i, 1), dV.narrow(-1, i, 1)
-        tau_i, dtau_i, sigma_i = tau.narrow(-1, i, 1), dtau.narrow(-1, i, 1), sigma.narrow(-1, i, 1)
-        H_plus = _householder_left(H_plus, sigma_i, v_i, v_i, True)
-        H_minus_dH_i_H_plus = H_minus.matmul(
-            _householder_left(H_plus, dtau_i, v_i, v_i, False)
-            + _householder_left(H_plus, tau_i, dv_i, v_i, False)
-            + _householder_left(H_plus, tau_i, v_i, dv_i, False))
-        if fast:
-            dprod.add_(H_minus_dH_i_H_plus)                        # site #1 fast path
-        else:
-            dprod = dprod.add(H_minus_dH_i_H_plus)
-        H_minus = _householder_right(H_minus, tau_i, v_i, v_i)
-    return dprod
+def _ties(seed: int) -> torch.Tensor:
+    """4x5 with two entries of maximal |x| per row (opposite signs), so amax ties are exercised."""
+    x = randn(4, 5, seed=seed)
+    m = x.abs().amax(1) + 0.5
+    x[:, 0], x[:, 3] = m, -m
+    return x
 
 
-def householder_product_jvp_fast(dV_, dtau, prod, V_, tau):
-    """householder_product_jvp @ 002ca6715ba1, in-place branch (``dprod.add_``)."""
-    return _householder_jvp(dV_, dtau, prod, V_, tau, fast=True)
+_NORM_SCHEMA = "(Tensor self_p, Tensor self_t, Scalar? p, Tensor norm, int[] dim, bool keepdim) -> Tensor"
+register_jvp_site(
+    "norm_jvp#1", torch_op=torch.linalg.vector_norm, formula=norm_jvp_fast,
+    handfixed=norm_jvp_out_of_place, formula_args=_vector_norm_args, grad_positions=(0,),
+    source=f"{SRC} norm_jvp, p == 1: areAnyTensorSubclassLike({{self_t}}) ? result.mul(self_t.conj()) "
+           ": result.mul_(self_t.conj())",
+    schema=_NORM_SCHEMA,
+    make_samples=lambda: [
+        Sample("3x4 ord=1 dim=1", (randn(3, 4, seed=9101), 1.0, 1, False)),
+        Sample("2x3x4 ord=1 dim=(0,2) keepdim", (randn(2, 3, 4, seed=9102), 1.0, (0, 2), True)),
+    ],
+    notes="Reached through linalg_vector_norm_jvp (also norm.*, dist and renorm_jvp). The in-place "
+          "target sgn(self_p) is primal-only while the operand is the tangent.",
+    hazard=("tangents",), inplace_ops=("mul_",))
 
+register_jvp_site(
+    "norm_jvp#2", torch_op=torch.linalg.vector_norm, formula=norm_jvp_fast,
+    handfixed=norm_jvp_out_of_place, formula_args=_vector_norm_args, grad_positions=(0,),
+    source=f"{SRC} norm_jvp, p == inf: areAnyTensorSubclassLike({{norm}}) ? "
+           "self_isnan.logical_and(norm_isnan) : self_isnan.logical_and_(norm_isnan)",
+    schema=_NORM_SCHEMA,
+    make_samples=lambda: [
+        Sample("4x5 ord=inf dim=1 ties", (_ties(9111), math.inf, 1, False)),
+        Sample("3x4 ord=inf dim=0 keepdim", (randn(3, 4, seed=9112), math.inf, 0, True)),
+    ],
+    notes="The guarded write mixes two masks of primal values only (self_p, norm): no tangent "
+          "reaches it, so it is not a vmap hazard when self_p and norm are batched alike.",
+    hazard=(), inplace_ops=("logical_and_",))
 
-def householder_product_jvp_out_of_place(dV_, dtau, prod, V_, tau):
-    """householder_product_jvp @ 002ca6715ba1, subclass branch (``dprod = dprod.add(...)``)."""
-    return _householder_jvp(dV_, dtau, prod, V_, tau, fast=False)
+register_jvp_site(
+    "logcumsumexp_jvp#1", torch_op=torch.logcumsumexp, formula=logcumsumexp_jvp_fast,
+    handfixed=logcumsumexp_jvp_out_of_place,
+    formula_args=lambda a, o, t: (a[0], _t(t, 0, a[0]), a[1]), grad_positions=(0,),
+    source=f"{SRC} logcumsumexp_jvp: areAnyTensorSubclassLike({{self_p, self_t}}) ? "
+           "(self_p_exp * self_t).cumsum(dim) : self_p_exp *= self_t",
+    schema="(Tensor self_p, Tensor self_t, int dim) -> Tensor",
+    make_samples=lambda: [
+        Sample("3x5 dim=1", (randn(3, 5, seed=9121), 1)),
+        Sample("4x3 dim=0 wide range", (3 * randn(4, 3, seed=9122), 0)),
+    ],
+    hazard=("tangents",), inplace_ops=("mul_",))
 
-
-# ================================================================== linalg_matrix_exp_differential
-def linalg_matrix_exp_differential_fast(self, grad):
-    """differential_analytic_matrix_function(adjoint=false) @ 002ca6715ba1, in-place branch."""
-    A = self
-    n = A.size(-1)
-    meta_grad_sizes = list(A.shape)
-    meta_grad_sizes[-2] *= 2
-    meta_grad_sizes[-1] *= 2
-    meta_grad = torch.zeros(meta_grad_sizes, dtype=grad.dtype, device=grad.device)  # site #1 fast path
-    meta_grad.narrow(-2, 0, n).narrow(-1, 0, n).copy_(A)
-    meta_grad.narrow(-2, n, n).narrow(-1, n, n).copy_(A)
-    meta_grad.narrow(-2, 0, n).narrow(-1, n, n).copy_(grad)
-    return torch.linalg.matrix_exp(meta_grad).narrow(-2, 0, n).narrow(-1, n, n)
-
-
-def linalg_matrix_exp_differential_out_of_place(self, grad):
-    """differential_analytic_matrix_function(adjoint=false) @ 002ca6715ba1, subclass branch."""
-    A = self
-    n = A.size(-1)
-    meta_grad = torch.cat([torch.cat([A, grad], -1), torch.cat([torch.zeros_like(A), A], -1)], -2)
-    return torch.linalg.matrix_exp(meta_grad).narrow(-2, 0, n).narrow(-1, n, n)
+register_jvp_site(
+    "logsumexp_jvp#1", torch_op=torch.logsumexp, formula=logsumexp_jvp_fast,
+    handfixed=logsumexp_jvp_out_of_place,
+    formula_args=lambda a, o, t: (a[0], _t(t, 0, a[0]), _dims(a[1], a[0]), a[2]), grad_positions=(0,),
+    source=f"{SRC} logsumexp_jvp: areAnyTensorSubclassLike({{self_p, self_t}}) ? "
+           "(self_p_exp * self_t).sum(dim, keepdim) : self_p_exp *= self_t",
+    schema="(Tensor self_p, Tensor self_t, int[]? dim, bool keepdim) -> Tensor",
+    make_samples=lambda: [
+        Sample("3x5 dim=1", (randn(3, 5, seed=9131), 1, False)),
+        Sample("2x3x4 dim=(0,2) keepdim", (randn(2, 3, 4, seed=9132), (0, 2), True)),
+    ],
+    notes="Also reached from _log_softmax's forward formula (self_t - logsumexp_jvp(...)).",
+    hazard=("tangents",), inplace_ops=("mul_",))

@@ -1,16 +1,24 @@
-"""Forward-mode (JVP) helpers of today's core, part 2: the norm family (``_invstd_jvp``,
-``_norm_jvp``, ``_affine_jvp`` and the rms_norm helpers), reached through batch_norm_jvp,
-layer_norm_jvp, group_norm_jvp (+ group_norm_invstd_jvp) and rms_norm_jvp (+ rms_norm_rstd_jvp).
+"""Live forward-mode sites of the norm family: ``_invstd_jvp#1``, ``_norm_jvp#1``,
+``_affine_jvp#1-2`` and the rms_norm helpers (``rms_norm_jvp#1-2``, ``rms_norm_rstd_jvp#1``),
+reached through batch_norm_jvp, layer_norm_jvp, group_norm_jvp (+ group_norm_invstd_jvp) and
+rms_norm_jvp (+ rms_norm_rstd_jvp); registered right below.
 
 Re-created from ``torch/csrc/autograd/FunctionsManual.cpp`` at pytorch/pytorch 002ca6715ba1.
 ``fast`` names the sites taking the in-place branch (e.g. ``frozenset({"_norm_jvp#1"})``); every
 other site takes the subclass branch, so the evidence for a site is its own. The per-site entry
-points at the end are what :mod:`funcbwd.ops.live_jvp` registers.
+points (``*_fast_*`` / ``*_out_of_place``) are what the registrations use.
+
+Conventions (fast and out-of-place entry points, registration): :mod:`funcbwd.ops.live.jvp`.
 """
 
 from __future__ import annotations
 
 import torch
+
+from funcbwd import internals
+from funcbwd.ops.live.common import SRC, randn, register_jvp_site
+from funcbwd.ops.live.common import tangent as _t
+from funcbwd.ops.registry import Sample
 
 
 def _div_numel(t, numel, fast):
@@ -240,3 +248,149 @@ def rms_norm_rstd_jvp_fast(*args):
 def rms_norm_rstd_jvp_out_of_place(*args):
     """rms_norm_rstd_jvp, out of place."""
     return rms_norm_rstd_jvp(*args)
+
+
+# ================================================================== registration
+def _group_norm_op(x, groups, eps):
+    n, c = x.size(0), x.size(1)
+    return torch.native_group_norm(x, None, None, n, c, x[0, 0].numel(), groups, eps)
+
+
+register_jvp_site(
+    "_invstd_jvp#1", torch_op=_group_norm_op, formula=native_group_norm_jvp_fast_invstd,
+    handfixed=native_group_norm_jvp_out_of_place,
+    formula_args=lambda a, o, t: (a[0], _t(t, 0, a[0]), o[1], o[2], a[1]), grad_positions=(0,),
+    diff_outputs=(0, 2),
+    source=f"{SRC} _invstd_jvp: areAnyTensorSubclassLike({{input_t, input_p, mean_p, invstd_p}}) "
+           "|| input_t._is_zerotensor() ? out of place : invstd_t *= input_p - mean_p; "
+           "invstd_t *= -invstd_p.pow(3)",
+    schema="(Tensor input_p, Tensor input_t, Tensor mean, Tensor rstd, int groups) -> (Tensor, Tensor)",
+    make_samples=lambda: [
+        Sample("2x4x3 groups=2", (randn(2, 4, 3, seed=9161), 2, 1e-5)),
+        Sample("3x6x2x2 groups=3", (randn(3, 6, 2, 2, seed=9162), 3, 1e-5)),
+    ],
+    notes="Two routes reach the site: _norm_jvp (every batch/layer/group norm output; the target "
+          "is tangent-centred, so batched primals break it) and group_norm_invstd_jvp (arguments "
+          "swapped, the target is primal-centred, so batched tangents break it).",
+    hazard=("tangents", "primals"), inplace_ops=("mul_",))
+
+
+def _batch_norm_op(x, weight, bias, eps):
+    return torch.native_batch_norm(x, weight, bias, None, None, True, 0.1, eps)
+
+
+def _batch_norm_args(a, o, t):
+    w, b = a[1], a[2]
+    return (a[0], _t(t, 0, a[0]), w, None if w is None else _t(t, 1, w),
+            b, None if b is None else _t(t, 2, b), None, None, o[1], o[2], True, a[3])
+
+
+_BN_SCHEMA = ("(Tensor input_p, Tensor input_t, Tensor? weight_p, Tensor? weight_t, Tensor? bias_p, "
+              "Tensor? bias_t, Tensor? running_mean, Tensor? running_var, Tensor saved_mean, "
+              "Tensor saved_invstd, bool train, float eps) -> Tensor")
+register_jvp_site(
+    "_norm_jvp#1", torch_op=_batch_norm_op, formula=batch_norm_jvp_fast_norm,
+    handfixed=batch_norm_jvp_out_of_place, formula_args=_batch_norm_args, grad_positions=(0,),
+    source=f"{SRC} _norm_jvp: areAnyTensorSubclassLike({{input_t, input_p, mean_p, invstd_p}}) || "
+           "input_t._is_zerotensor() ? out of place : result_t *= invstd_p; temp *= invstd_t; "
+           "result_t += temp",
+    schema=_BN_SCHEMA,
+    make_samples=lambda: [
+        Sample("4x3 train", (randn(4, 3, seed=9171), None, None, 1e-5)),
+        Sample("2x3x5 train", (randn(2, 3, 5, seed=9172), None, None, 1e-5)),
+    ],
+    notes="temp = input_p - mean_p is primal-only and takes the tangent invstd_t; result_t is "
+          "tangent-only and takes the primal invstd_p.",
+    hazard=("tangents", "primals"), inplace_ops=("mul_", "add_"))
+
+
+def _layer_norm_op(x, weight, bias, eps):
+    return torch.native_layer_norm(x, list(weight.shape), weight, bias, eps)
+
+
+register_jvp_site(
+    "_affine_jvp#1", torch_op=_layer_norm_op, formula=layer_norm_jvp_fast_affine_weight,
+    handfixed=layer_norm_jvp_out_of_place,
+    formula_args=lambda a, o, t: (a[0], _t(t, 0, a[0]), a[1], _t(t, 1, a[1]), a[2], _t(t, 2, a[2]),
+                                  o[1], o[2], list(a[1].shape)),
+    grad_positions=(0, 1, 2),
+    source=f"{SRC} _affine_jvp (weight): areAnyTensorSubclassLike({{input_p, input_t, weight_p, "
+           "weight_t}}) || zerotensors ? out of place : input_t *= weight_p; temp = input_p; "
+           "temp *= weight_t; input_t += temp",
+    schema="(Tensor input_p, Tensor input_t, Tensor? weight_p, Tensor? weight_t, Tensor? bias_p, "
+           "Tensor? bias_t, Tensor saved_mean, Tensor saved_invstd, SymInt[] normalized_shape) -> Tensor",
+    make_samples=lambda: [
+        Sample("3x4 affine", (randn(3, 4, seed=9181), randn(4, seed=9182),
+                                      randn(4, seed=9183), 1e-5), diff=(0, 1, 2)),
+        Sample("2x3x4 affine (3,4)", (randn(2, 3, 4, seed=9184), randn(3, 4, seed=9185),
+                                              randn(3, 4, seed=9186), 1e-5), diff=(0, 1, 2)),
+    ],
+    notes="temp aliases the primal result_p (fresh in every caller) and takes weight_t.",
+    hazard=("tangents",), inplace_ops=("mul_", "add_"))
+
+register_jvp_site(
+    "_affine_jvp#2", torch_op=_batch_norm_op, formula=batch_norm_jvp_fast_affine_bias,
+    handfixed=batch_norm_jvp_out_of_place, formula_args=_batch_norm_args, grad_positions=(0, 1, 2),
+    source=f"{SRC} _affine_jvp (bias): areAnyTensorSubclassLike({{input_t, bias_t}}) || "
+           "input_t._is_zerotensor() ? input_t = input_t + bias_t : input_t += bias_t",
+    schema=_BN_SCHEMA,
+    make_samples=lambda: [
+        Sample("4x3 train affine", (randn(4, 3, seed=9191), randn(3, seed=9192),
+                                            randn(3, seed=9193), 1e-5), diff=(0, 1, 2)),
+        Sample("2x3x5 train affine", (randn(2, 3, 5, seed=9194), randn(3, seed=9195),
+                                              randn(3, seed=9196), 1e-5), diff=(0, 1, 2)),
+    ],
+    notes="The target input_t carries the input tangent, batched whenever bias_t or a primal is; "
+          "core's _is_zerotensor() guard covers the one hazardous case (no input tangent).",
+    hazard=(), inplace_ops=("add_",))
+
+
+def _rms_norm_op(x, weight, eps):
+    return internals.fused_rms_norm(x, list(weight.shape), weight, eps)
+
+
+def _rms_samples():
+    return [
+        Sample("3x4 weight", (randn(3, 4, seed=9201), randn(4, seed=9202), 1e-5), diff=(0, 1)),
+        Sample("2x3x4 weight (3,4)", (randn(2, 3, 4, seed=9203), randn(3, 4, seed=9204), 1e-5),
+                       diff=(0, 1)),
+    ]
+
+
+_RMS_SCHEMA = ("(Tensor input_p, Tensor input_t, Tensor? weight_p, Tensor? weight_t, "
+               "Tensor saved_rstd, int[] normalized_shape) -> Tensor")
+_rms_args = lambda a, o, t: (a[0], _t(t, 0, a[0]), a[1], _t(t, 1, a[1]), o[1], list(a[1].shape))  # noqa: E731
+register_jvp_site(
+    "rms_norm_jvp#1", torch_op=_rms_norm_op, formula=rms_norm_jvp_fast_rstd,
+    handfixed=rms_norm_jvp_out_of_place, formula_args=_rms_args, grad_positions=(0, 1),
+    source=f"{SRC} rms_norm_jvp (rstd_t): areAnyTensorSubclassLike({{input_t, input_p, rstd_p}}) || "
+           "input_t._is_zerotensor() ? out of place : rstd_t = input_t * input_p; rstd_t *= -rstd_p.pow(3)",
+    schema=_RMS_SCHEMA, make_samples=_rms_samples,
+    notes="torch_op is aten._fused_rms_norm (via funcbwd.internals): F.rms_norm decomposes on CPU. "
+          "The target input_t * input_p carries both batch dims.",
+    hazard=(), inplace_ops=("mul_",))
+
+register_jvp_site(
+    "rms_norm_jvp#2", torch_op=_rms_norm_op, formula=rms_norm_jvp_fast_result,
+    handfixed=rms_norm_jvp_out_of_place, formula_args=_rms_args, grad_positions=(0, 1),
+    source=f"{SRC} rms_norm_jvp (result_t): areAnyTensorSubclassLike({{input_t, input_p, rstd_p}}) || "
+           "input_t._is_zerotensor() ? out of place : result_t = input_t * rstd_p; result_t += temp",
+    schema=_RMS_SCHEMA, make_samples=_rms_samples,
+    notes="torch_op is aten._fused_rms_norm (via funcbwd.internals). The target input_t * rstd_p "
+          "carries both batch dims.",
+    hazard=(), inplace_ops=("add_",))
+
+register_jvp_site(
+    "rms_norm_rstd_jvp#1", torch_op=_rms_norm_op, formula=rms_norm_rstd_jvp_fast,
+    handfixed=rms_norm_rstd_jvp_out_of_place,
+    formula_args=lambda a, o, t: (a[0], _t(t, 0, a[0]), o[1], list(a[1].shape)), grad_positions=(0,),
+    diff_outputs=(1,),
+    source=f"{SRC} rms_norm_rstd_jvp: areAnyTensorSubclassLike({{input_t, input_p, rstd_p}}) || "
+           "input_t._is_zerotensor() ? out of place : rstd_t = input_t * input_p; rstd_t *= -rstd_p.pow(3)",
+    schema="(Tensor input_p, Tensor input_t, Tensor saved_rstd, int[] normalized_shape) -> Tensor",
+    make_samples=lambda: [
+        Sample("3x4", (randn(3, 4, seed=9211), randn(4, seed=9212), 1e-5)),
+        Sample("2x3x4 (3,4)", (randn(2, 3, 4, seed=9213), randn(3, 4, seed=9214), 1e-5)),
+    ],
+    notes="torch_op is aten._fused_rms_norm (via funcbwd.internals); its rstd output (index 1).",
+    hazard=(), inplace_ops=("mul_",))
