@@ -252,23 +252,8 @@ def cleared_functorch_state() -> Iterator[None]:
 
 def dispatch_state_guard_args() -> tuple:
     """The call site's dispatch TLS (include, exclude), to restore it elsewhere with
-    :func:`forced_dispatch_state`."""
+    ``torch._C._ForceDispatchKeyGuard`` (composite's batched kernel)."""
     return (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
-
-
-@contextlib.contextmanager
-def forced_dispatch_state(include, exclude) -> Iterator[None]:
-    with torch._C._ForceDispatchKeyGuard(include, exclude):
-        yield
-
-
-@contextlib.contextmanager
-def popped_interpreter() -> Iterator[None]:
-    """Temporarily pop the top interpreter (a vmap rule running its own transform underneath)."""
-    from torch._functorch.pyfunctorch import temporarily_pop_interpreter_stack
-
-    with temporarily_pop_interpreter_stack():
-        yield
 
 
 def functional_level(t: torch.Tensor) -> int | None:
