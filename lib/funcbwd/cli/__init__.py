@@ -1,8 +1,12 @@
 """``python -m funcbwd``: the workbench from a terminal.
 
 One module per subcommand family in this package, each with ``HELP`` (one line),
-``configure(parser)`` and ``main(args) -> int``; this file only routes. Bad input prints one
-readable line and exits 2 (``--debug`` shows the traceback).
+``configure(parser)`` and ``main(args) -> int``; this file only routes. Every command has
+``--width N`` (text output fits N columns; default the terminal's width when stdout is one, else
+100) and ``--quiet`` (no progress on stderr), from :mod:`funcbwd.cli.options`. Bad input exits 2 with an error that names the
+command (``python -m funcbwd matrix: error: ...``): a bad option shows that command's usage, a bad
+name (op, strategy, ...) suggests the closest valid ones and lists them by group (``--debug``
+shows the traceback). Text output fits ``--width``; JSON and CSV are left exactly as they are.
 
 Fast by construction: importing a command module imports no torch (they import the library
 inside their functions), and the command line is parsed in two passes, first the global options
@@ -23,6 +27,7 @@ from typing import Any, Iterable, Sequence
 from funcbwd.cli import (bench, coverage, deletable, findings, graph, matrix, ops, profile,
                          report, trace)
 from funcbwd.errors import FuncbwdError
+from funcbwd.tables import WIDTH, fit
 
 
 class Parser(argparse.ArgumentParser):
@@ -63,10 +68,12 @@ def build_parser(commands: Iterable[str] | None = None) -> Parser:
                         help="import MODULE (a module of your own register(OpSpec(...)) calls) "
                              "before the command; repeatable")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.commands = {}  # name -> its subparser (errors are reported by the command's own parser)
     for name, command in COMMANDS.items():
         configured = name in chosen
         p = sub.add_parser(name, help=command.HELP, description=command.HELP, add_help=configured,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.commands[name] = p
         if configured:
             command.configure(p)
             p.set_defaults(_run=command.main)
@@ -85,13 +92,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not first.command:
             build_parser(commands=()).print_help()
             return 2
-        # Pass 2: only the chosen command is configured.
-        args = build_parser([first.command]).parse_args(argv)
+        # Pass 2: only the chosen command is configured. What it does not know is reported by
+        # the command's own parser (its usage, its name), not by the top-level one.
+        parser = build_parser([first.command])
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            parser.commands[first.command].error(f"unrecognized arguments: {' '.join(extra)}")
         return int(args._run(args) or 0)
     except FuncbwdError as e:
         if first.debug:
             raise
-        print(f"error: {e}", file=sys.stderr)
+        where = f"python -m funcbwd {first.command}" if first.command else "python -m funcbwd"
+        print(fit(f"{where}: error: {e}", WIDTH), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

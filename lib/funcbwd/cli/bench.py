@@ -54,7 +54,7 @@ def config_from_args(args: argparse.Namespace):
 
     cfg = BenchConfig.quick() if args.quick else BenchConfig.full()
     if args.ops:
-        cfg.ops = tuple(parse_names("op", args.ops, registry.op_names()))
+        cfg.ops = tuple(parse_names("op", args.ops, registry.op_groups()))
     if args.strategies:
         cfg.strategies = tuple(parse_names("strategy", args.strategies, strategy_labels()))
     if args.batches:
