@@ -11,7 +11,7 @@ time, e.g. ``matrix 37/512 7% 12 s  diag vmap_cotangents traced``:
 
 It writes only to its stream (stderr by default), never to stdout, so machine-readable output is
 unchanged. Calling the object with a message (``progress("copies done")``) prints that message as
-its own line, prefixed with the elapsed time: a Progress can be passed wherever a
+its own line (wrapped to the width), prefixed with the elapsed time: a Progress can be passed wherever a
 ``Callable[[str], None]`` progress callback is expected. Library functions take
 ``progress: Progress | None``; None means silent. This module imports nothing of funcbwd
 (bottom layer) and only the standard library.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import textwrap
 import time
 from typing import IO, Iterable, Iterator, TypeVar
 
@@ -93,7 +94,9 @@ class Progress:
         if not self.enabled:
             return
         self._clear()
-        self._write(f"{self.what} {self.elapsed():.0f} s: {message}\n")
+        text = f"{self.what} {self.elapsed():.0f} s: {message}"
+        self._write(textwrap.fill(text, self._columns(), subsequent_indent="    ",
+                                  break_long_words=False, break_on_hyphens=False) + "\n")
         if self.tty:  # the status line comes back under the message
             self._draw(force=True)
 
@@ -125,14 +128,17 @@ class Progress:
         if not self.enabled:
             return
         if self.tty:
-            width = shutil.get_terminal_size((100, 24)).columns - 1
-            self._write("\r" + self.line()[:width] + "\x1b[K")
+            self._write("\r" + self.line()[: self._columns() - 1] + "\x1b[K")
             self._shown = True
             return
         now = time.perf_counter()
         if force or now - self._last_plain >= self.interval:
             self._write(self.line() + "\n")
             self._last_plain = now
+
+    def _columns(self) -> int:
+        """The terminal's width in terminal mode, else 100 (lines are wrapped to it)."""
+        return shutil.get_terminal_size((100, 24)).columns if self.tty else 100
 
     def _clear(self) -> None:
         if self.tty and self._shown:

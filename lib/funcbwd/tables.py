@@ -44,6 +44,16 @@ def wrap(text: str, width: int) -> list[str]:
                          break_on_hyphens=False) or [""]
 
 
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at a space, ending in ``...`` when cut (a
+    first word longer than ``limit`` is cut there)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 3]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut) + "..."
+
+
 def paragraph(text: str, width: int = WIDTH, indent: str = "", hanging: str | None = None) -> str:
     """``text`` wrapped to ``width``: the first line starts with ``indent``, the others with
     ``hanging`` (default: ``indent``)."""

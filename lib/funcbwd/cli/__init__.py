@@ -27,16 +27,19 @@ from typing import Any, Iterable, Sequence
 from funcbwd.cli import (bench, coverage, deletable, findings, graph, matrix, ops, profile,
                          report, trace)
 from funcbwd.errors import FuncbwdError
-from funcbwd.tables import WIDTH, fit
+from funcbwd.tables import WIDTH, fit, terminal_width
 
 
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose ``epilog`` may be a callable, computed only when help is printed
-    (epilogs that list the registry's ops need torch; parsing must not)."""
+    (epilogs that list the registry's ops need torch; parsing must not), and fitted to the
+    terminal's width (100 columns when stdout is not a terminal)."""
 
     def format_help(self) -> str:
         if callable(self.epilog):
             self.epilog = self.epilog()
+        if self.epilog:
+            self.epilog = fit(self.epilog, terminal_width())
         return super().format_help()
 
 

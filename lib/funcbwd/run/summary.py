@@ -16,7 +16,7 @@ summarize`). For each strategy a cell is exactly one of:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from funcbwd.run.matrix import passed_without_mechanism, summarize
 from funcbwd.run.runner import CellResult
