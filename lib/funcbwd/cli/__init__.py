@@ -21,12 +21,13 @@ them in the ``funcbwd.formulas`` entry-point group, loaded when the registry is 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NoReturn, Sequence
 
 from funcbwd.cli import (bench, coverage, deletable, findings, graph, matrix, ops, profile,
                          report, trace)
-from funcbwd.errors import FuncbwdError
+from funcbwd.errors import FuncbwdError, suggest
 from funcbwd.tables import WIDTH, fit, terminal_width
 
 
@@ -41,6 +42,18 @@ class Parser(argparse.ArgumentParser):
         if self.epilog:
             self.epilog = fit(self.epilog, terminal_width())
         return super().format_help()
+
+    def error(self, message: str) -> NoReturn:
+        """Usage, then ``PROG: error: MESSAGE`` fitted to 100 columns; an invalid choice (a
+        misspelt command) also gets the closest valid ones."""
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            close = suggest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+            if close:
+                message = message.replace(m.group(0), f"invalid choice: '{m.group(1)}'; did you "
+                                          f"mean {' or '.join(close)}? (choose from {m.group(2)})")
+        self.print_usage(sys.stderr)
+        self.exit(2, fit(f"{self.prog}: error: {message}", WIDTH) + "\n")
 
 
 #: subcommand -> its module (HELP, configure, main), in the order ``--help`` lists them

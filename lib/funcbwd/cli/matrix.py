@@ -10,10 +10,10 @@ from funcbwd.cli import options
 HELP = "run the op x scenario x strategy matrix"
 
 
-def _choices(kind: str, names: dict[str, str]) -> str:
+def _choices(kind: str, names: dict[str, str], note: str = "") -> str:
     from funcbwd.tables import table, terminal_width
 
-    return f"{kind} (comma-separated, default all):\n" + table(
+    return f"{kind} (comma-separated, default all){note}:\n" + table(
         ["name", "what"], [[n, d] for n, d in names.items()], rule=False, indent="  ",
         width=terminal_width())
 
@@ -27,8 +27,9 @@ def epilog() -> str:
 
     groups = registry.op_groups(include_opt_in=True)
     return "\n\n".join([
-        *(_choices(f"--ops, group {g}" + (" (opt-in: --group live)" if g == "live" else ""),
-                   {s.name: s.fixed_by for s in registry.all_ops(g)}) for g in groups),
+        *(_choices("--ops", {s.name: s.fixed_by for s in registry.all_ops(g)},
+                   f", group {g}" + (" (opt-in: --group live)" if g == "live" else ""))
+          for g in groups),
         _choices("--scenarios", {n: s.description for n, s in SCENARIOS.items()}),
         _choices("--strategies", {n: get_strategy(n).summary for n in available()}),
         "status: pass | fail (classified reason) | mismatch (vs the per-sample loop) | "

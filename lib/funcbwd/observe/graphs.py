@@ -32,7 +32,7 @@ from funcbwd.fx import elide
 from funcbwd.ops import registry
 from funcbwd.errors import BadInputError, UnknownNameError, first_line
 from funcbwd.fx.formula_graphs import flatten_args, formula_args_for, trace_formula
-from funcbwd.tables import WIDTH, shorten, table
+from funcbwd.tables import WIDTH, paragraph, shorten, table
 
 FORMS = ("plain", "functionalized", "traced", "builtin")
 #: strategy name -> the form of the formula graph it runs under vmap (for bench's copy section).
@@ -367,12 +367,20 @@ def copy_table(ops: Iterable[str] | None = None, forms: Sequence[str] = ("plain"
 
 def format_copy_table(rows: Sequence[dict[str, Any]], width: int = WIDTH) -> str:
     """The rows of :func:`copy_table` as a text table fitting ``width`` columns (``-``: not
-    counted; a row whose capture failed shows the error's first line in its copy_ops column)."""
+    counted); a row whose capture failed says ``error (k)`` in its copy_ops column, the error's
+    first line is footnote k under the table."""
     cols = ["op", "form", "copies", "copy_bytes", "extra_copies", "extra_copy_bytes",
             "written_bytes", "extra_written_bytes", "copy_ops"]
-    text = [[("-" if r[c] is None else str(r[c])) if not (c == "copy_ops" and r["error"])
-             else "error: " + shorten(first_line(r["error"], 10_000), 160) for c in cols] for r in rows]
-    return table([c.replace("_", " ") for c in cols], text, width=width, align="llrrrrrr")
+    notes: list[str] = []
+    text = []
+    for r in rows:
+        if r["error"]:
+            notes.append(shorten(first_line(r["error"], 10_000), 300))
+        text.append([(f"error ({len(notes)})" if r["error"] else r[c]) if c == "copy_ops"
+                     else ("-" if r[c] is None else str(r[c])) for c in cols])
+    out = table([c.replace("_", " ") for c in cols], text, width=width, align="llrrrrrr")
+    return "\n".join([out] + [paragraph(f"({k}) {n}", width, "", "    ")
+                               for k, n in enumerate(notes, 1)])
 
 
 def stats_line(s: CopyStats) -> str:
