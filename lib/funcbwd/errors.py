@@ -115,7 +115,8 @@ def parse_names(kind: str, text: str | Iterable[str] | None,
     names = [n.strip() for n in text.split(",")] if isinstance(text, str) else list(text)
     names = [n for n in names if n]
     if not names:
-        groups = valid if isinstance(valid, Mapping) else {"": sorted(valid)}
+        groups = ({g: sorted(ns) for g, ns in valid.items()} if isinstance(valid, Mapping)
+                  else {"": sorted(valid)})
         raise FuncbwdError(f"no {kind} given\n" + listing(f"valid {plural(kind)}", groups))
     return [check_name(kind, n, valid) for n in names]
 

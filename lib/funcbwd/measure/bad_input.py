@@ -5,10 +5,10 @@ back. ``tests/test_bad_input.py`` checks every case is rejected with an error na
 (and the valid choices where there are any, the closest first), and that the README's table is
 this module's output.
 
-A clear error: its first line names what was wrong (a CLI error also names the command:
-``python -m funcbwd matrix: error: ...``), it contains the case's ``expect`` text, no line is
-wider than 100 columns (the valid names are listed by group, long groups shortened), and the CLI
-shows no traceback.
+A clear error: its first line names what was wrong, it contains the case's ``expect`` text, and
+its list of valid names (if any) has no line over 100 columns (by group, long groups shortened).
+A CLI error also names the command (``python -m funcbwd matrix: error: ...``), shows no
+traceback, and every line of its stderr fits 100 columns.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import torch
 from funcbwd.ops import legacy_ops, registry
 from funcbwd.run import matrix, runner
 from funcbwd.errors import FuncbwdError
+from funcbwd.tables import shorten
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +142,17 @@ def _error_lines(stderr: str) -> list[str]:
 
 
 def _summary(lines: list[str]) -> str:
-    """The first line of an error and, if there is more, the start of the second (the table)."""
-    return lines[0] + (f" / {lines[1].strip()}" if len(lines) > 1 else "") if lines else ""
+    """An error for the table: its first line and, if there is more, the start of the list of
+    valid names (lines continued with a 4-space indent are joined back first)."""
+    joined: list[str] = []
+    for ln in lines:
+        if joined and ln.startswith("    "):
+            joined[-1] += " " + ln.strip()
+        else:
+            joined.append(ln.strip())
+    if len(joined) > 2 and joined[1].endswith(":"):  # "valid ops, by group:" and the first group
+        joined[1:3] = [f"{joined[1]} {joined[2]}"]
+    return " / ".join(joined[:2])
 
 
 def try_case(case: Case) -> Outcome:
@@ -160,7 +170,7 @@ def try_case(case: Case) -> Outcome:
     except FuncbwdError as e:
         msg = str(e)
         return Outcome(case, True, f"{type(e).__name__}: {_summary(msg.splitlines())}",
-                       case.expect in msg and _fits(msg))
+                       case.expect in msg and _fits("\n".join(msg.splitlines()[1:])))
     except Exception as e:  # noqa: BLE001 - torch's own errors, recorded as they are
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return Outcome(case, True, f"{type(e).__name__}: {first}", case.expect in first)
@@ -169,8 +179,7 @@ def try_case(case: Case) -> Outcome:
 
 def markdown(outcomes: list[Outcome]) -> str:
     def short(text: str, n: int = 150) -> str:
-        text = text.replace("|", "\\|")
-        return text if len(text) <= n else text[: n - 3] + "..."
+        return shorten(text, n).replace("|", "\\|")
 
     lines = ["| entry point | bad input | what it gets |", "|---|---|---|"]
     for o in outcomes:
