@@ -15,8 +15,8 @@ class FuncbwdError(ValueError):
 class UnknownNameError(FuncbwdError, KeyError):
     """An unknown name of some ``kind`` (op, strategy, scenario, form, OpInfo op, ...).
 
-    ``valid`` is the names to choose from, or a mapping group -> names (the op registry's groups:
-    the message then lists the names by group). The message's first line names the bad name
+    ``valid`` is the names to choose from, or a mapping group -> list of names (the op registry's
+    groups, :func:`grouped`: the message then lists the names by group). The message's first line names the bad name
     and, when some valid names are close to it, suggests them (:func:`suggest`); the following
     lines list the valid names, wrapped at 100 columns, a long group shortened to its first
     names and a count. Attributes: ``kind``, ``name``, ``valid`` (every valid name, sorted),
@@ -24,7 +24,7 @@ class UnknownNameError(FuncbwdError, KeyError):
 
     def __init__(self, kind: str, name: object, valid: Iterable[str] | Mapping[str, Iterable[str]],
                  of: str = ""):
-        groups = ({g: sorted(ns) for g, ns in valid.items()} if isinstance(valid, Mapping)
+        groups = ({g: sorted(ns) for g, ns in valid.items()} if grouped(valid)
                   else {"": sorted(valid)})
         self.kind, self.name, self.groups = kind, name, groups
         self.valid = sorted({n for ns in groups.values() for n in ns})
@@ -88,8 +88,14 @@ def plural(kind: str) -> str:
     return kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
 
 
+def grouped(valid: object) -> bool:
+    """Is ``valid`` names by group (a mapping group -> list or tuple of names)? Any other mapping
+    (e.g. name -> setting) stands for its keys."""
+    return isinstance(valid, Mapping) and all(isinstance(v, (list, tuple)) for v in valid.values())
+
+
 def _flat(valid: Iterable[str] | Mapping[str, Iterable[str]]) -> list[str]:
-    if isinstance(valid, Mapping):
+    if grouped(valid):
         return [n for ns in valid.values() for n in ns]
     return list(valid)
 
@@ -97,7 +103,7 @@ def _flat(valid: Iterable[str] | Mapping[str, Iterable[str]]) -> list[str]:
 def check_name(kind: str, name: object, valid: Iterable[str] | Mapping[str, Iterable[str]]) -> str:
     """``name`` if it is one of ``valid`` (names, or group -> names), else
     :class:`UnknownNameError`."""
-    if not isinstance(valid, Mapping):
+    if not grouped(valid):
         valid = list(valid)
     if not isinstance(name, str) or name not in _flat(valid):
         raise UnknownNameError(kind, name, valid)
@@ -108,14 +114,14 @@ def parse_names(kind: str, text: str | Iterable[str] | None,
                 valid: Iterable[str] | Mapping[str, Iterable[str]]) -> list[str]:
     """Parse 'a,b' (or a list); None or 'all' means every valid name (in ``valid``'s order).
     ``valid`` may be grouped (group -> names): an unknown name's error then lists them by group."""
-    if not isinstance(valid, Mapping):
+    if not grouped(valid):
         valid = list(valid)
     if text is None or text == "all":
         return _flat(valid)
     names = [n.strip() for n in text.split(",")] if isinstance(text, str) else list(text)
     names = [n for n in names if n]
     if not names:
-        groups = ({g: sorted(ns) for g, ns in valid.items()} if isinstance(valid, Mapping)
+        groups = ({g: sorted(ns) for g, ns in valid.items()} if grouped(valid)
                   else {"": sorted(valid)})
         raise FuncbwdError(f"no {kind} given\n" + listing(f"valid {plural(kind)}", groups))
     return [check_name(kind, n, valid) for n in names]

@@ -33,8 +33,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from funcbwd.measure.profile import format_table, profile
+    from funcbwd.ops import registry
+    from funcbwd.strategies import get_strategy
     from funcbwd.tables import fit
 
+    registry.get_op(args.op).sample(args.sample), get_strategy(args.strategy)  # names first
     with options.progress_of(args, "profile") as progress:
         progress(f"timing and profiling {args.op} under {args.strategy}, batch {args.batch}")
         b = profile(args.op, args.strategy, batch=args.batch, sample=args.sample)

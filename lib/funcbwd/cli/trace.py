@@ -30,9 +30,15 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from funcbwd.errors import check_name
     from funcbwd.observe.trace import trace
+    from funcbwd.ops import registry
+    from funcbwd.run.scenarios import SCENARIO_NAMES
+    from funcbwd.strategies import get_strategy
     from funcbwd.tables import fit
 
+    registry.get_op(args.op).sample(args.sample), get_strategy(args.strategy)  # names first
+    check_name("scenario", args.scenario, SCENARIO_NAMES)
     with options.progress_of(args, "trace") as progress:
         progress(f"tracing {args.op} under {args.strategy} in {args.scenario}"
                  + ("" if args.no_profile else ", then the torch.profiler view"))
