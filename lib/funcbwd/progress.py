@@ -43,7 +43,7 @@ class Progress:
         self.done = self.failed = 0
         self.current = ""
         self.start_time = time.perf_counter()
-        self._last_plain = float("-inf")
+        self._last_plain = self._last_draw = float("-inf")
         self._shown = False  # a status line is on screen (terminal mode)
 
     @classmethod
@@ -60,7 +60,7 @@ class Progress:
     # -------------------------------------------------------------------- reporting
     def start(self, total: int | None, what: str | None = None) -> None:
         """(Re)start counting: ``total`` items from now (the clock keeps running)."""
-        self.total, self.done, self.failed = total, 0, 0
+        self.total, self.done, self.failed, self.current = total, 0, 0, ""
         if what is not None:
             self.what = what
         self._draw(force=True)
@@ -127,11 +127,12 @@ class Progress:
     def _draw(self, force: bool = False) -> None:
         if not self.enabled:
             return
-        if self.tty:
-            self._write("\r" + self.line()[: self._columns() - 1] + "\x1b[K")
-            self._shown = True
-            return
         now = time.perf_counter()
+        if self.tty:  # at most ten redraws a second, unless forced
+            if force or now - self._last_draw >= 0.1:
+                self._write("\r" + self.line()[: self._columns() - 1] + "\x1b[K")
+                self._shown, self._last_draw = True, now
+            return
         if force or now - self._last_plain >= self.interval:
             self._write(self.line() + "\n")
             self._last_plain = now

@@ -367,18 +367,20 @@ def copy_table(ops: Iterable[str] | None = None, forms: Sequence[str] = ("plain"
 
 def format_copy_table(rows: Sequence[dict[str, Any]], width: int = WIDTH) -> str:
     """The rows of :func:`copy_table` as a text table fitting ``width`` columns (``-``: not
-    counted); a row whose capture failed says ``error (k)`` in its copy_ops column, the error's
-    first line is footnote k under the table."""
+    counted; copy ops without their ``aten::`` namespace); a row whose capture failed says
+    ``error (k)`` in its copy ops column, the error's first line is footnote k under the table."""
     cols = ["op", "form", "copies", "copy_bytes", "extra_copies", "extra_copy_bytes",
             "written_bytes", "extra_written_bytes", "copy_ops"]
     notes: list[str] = []
     text = []
     for r in rows:
-        if r["error"]:
-            notes.append(shorten(first_line(r["error"], 10_000), 300))
-        text.append([(f"error ({len(notes)})" if r["error"] else r[c]) if c == "copy_ops"
-                     else ("-" if r[c] is None else str(r[c])) for c in cols])
-    out = table([c.replace("_", " ") for c in cols], text, width=width, align="llrrrrrr")
+        note = shorten(first_line(r["error"], 10_000), 300) if r["error"] else ""
+        if note and note not in notes:
+            notes.append(note)
+        text.append([(f"error ({notes.index(note) + 1})" if note else r[c].replace("aten::", ""))
+                     if c == "copy_ops" else ("-" if r[c] is None else str(r[c])) for c in cols])
+    head = [c.replace("_", " ") for c in cols[:-1]] + ["copy ops (aten::)"]
+    out = table(head, text, width=width, align="llrrrrrr")
     return "\n".join([out] + [paragraph(f"({k}) {n}", width, "", "    ")
                                for k, n in enumerate(notes, 1)])
 

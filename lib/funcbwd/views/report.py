@@ -31,6 +31,7 @@ from funcbwd.run.scenarios import SCENARIO_NAMES
 from funcbwd.strategies import available
 from funcbwd.errors import first_line
 from funcbwd.progress import Progress
+from funcbwd.tables import fit
 from funcbwd.views import figstyle
 
 #: saved results read from the data directory (written by the bench and coverage commands)
@@ -215,12 +216,12 @@ def coverage_section(ctx: Context) -> str:
              _pre(coverage_summary.format_summary(summary)),
              ctx.figure(coverage_summary.summary_figure(records))]
     if costs:
-        parts += [_pre(coverage_cost.format_cost(coverage_cost.summarize_cost(costs))),
+        parts += [_pre(fit(coverage_cost.format_cost(coverage_cost.summarize_cost(costs)))),
                   ctx.figure(coverage_cost.cost_figure(costs))]
     rows = coverage_summary.differing(records)
     parts.append(f"<details><summary>the {len(coverage_summary.by_key(rows))} op x sample rows "
                  f"where some strategy does not simply pass (of {len(coverage_summary.by_key(records))})"
-                 "</summary>" + coverage_summary.table_html(rows) + "</details>")
+                 "</summary>\n" + coverage_summary.table_html(rows) + "\n</details>")
     return "\n".join(parts)
 
 
