@@ -51,8 +51,10 @@ def main(args: argparse.Namespace) -> int:
     out.write_text(page, encoding="utf-8")
     missing = [s.id for s in sections if s.status == "missing"]
     errors = [s.id for s in sections if s.status == "error"]
-    print(fit(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB)"
-              + (f"; sections without data or module: {', '.join(missing)}" if missing else "")
-              + (f"; FAILED sections: {', '.join(errors)}" if errors else ""),
-              options.width_of(args)))
+    width = options.width_of(args)
+    print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB)")  # a path is not wrapped
+    if missing:
+        print(fit(f"sections without data or module: {', '.join(missing)}", width))
+    if errors:
+        print(fit(f"FAILED sections: {', '.join(errors)}", width))
     return 1 if errors else 0

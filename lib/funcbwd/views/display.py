@@ -15,6 +15,7 @@ import inspect
 import textwrap
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from funcbwd import tables
 from funcbwd.measure.review import fallback_names, strategy_score
 from funcbwd.run import matrix
 from funcbwd.run.matrix import STATUS_LABEL, STATUS_ORDER, STATUS_SHORT, cell_kind, cell_text
@@ -129,18 +130,16 @@ def matrix_table(results: Sequence[CellResult], caption: str = "") -> Rich:
 
 def records_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
                   caption: str = "", fmt: Callable[[Any], str] | None = None) -> Rich:
-    """A generic HTML/text table of dict rows (decision tables, per-op summaries)."""
+    """A generic HTML/text table of dict rows (decision tables, per-op summaries); the text fits
+    100 columns (:func:`funcbwd.tables.table`)."""
     columns = list(columns or (records[0].keys() if records else []))
     fmt = fmt or _fmt
     text_rows = [columns] + [[fmt(r.get(c, "")) for c in columns] for r in records]
-    widths = [max(len(row[i]) for row in text_rows) for i in range(len(columns))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in text_rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>"
                    for row in text_rows[1:])
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
-    return Rich("\n".join(lines), f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    return Rich(tables.table(columns, text_rows[1:]), f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
 
 def _fmt(v: Any) -> str:
