@@ -191,6 +191,27 @@ def test_progress_goes_to_stderr_and_machine_output_is_unchanged():
     assert "\r" not in loud.stderr and quiet.stderr == ""
 
 
+def _csv_is_clean(out: str, err: str) -> bool:
+    rows = list(csv.DictReader(io.StringIO(out)))
+    return (len(rows) == 8 and all(r["op"] == "diag" for r in rows) and "matrix 8/8" not in out
+            and "matrix 8/8 100%" in err)
+
+
+def test_the_clean_stdout_check_can_fail(capsys, monkeypatch):
+    argv = ["matrix", "--ops", "diag", "--samples", "first", "--scenarios", "vmap_cotangents",
+            "--format", "csv"]
+    rc, out, err = _run(argv, capsys)
+    assert rc == 0 and _csv_is_clean(out, err)
+    # Mutation: progress written to stdout; the same check must refuse the output.
+    from funcbwd.cli import options
+    from funcbwd.progress import Progress
+
+    monkeypatch.setattr(options, "progress_of", lambda args, what, total=None: Progress(
+        what, total, stream=sys.stdout))
+    rc, out, err = _run(argv, capsys)
+    assert rc == 0 and not _csv_is_clean(out, err)
+
+
 def test_library_progress_counts_the_matrix_cells():
     from funcbwd.progress import Progress
     from funcbwd.run import matrix
@@ -253,3 +274,26 @@ def test_library_callers_get_the_same_error():
     assert e.value.kind == "op" and e.value.name == "dig" and "diag" in e.value.valid
     assert e.value.suggestions == ["diag"] and list(e.value.groups)[:3] == [
         "test", "extended", "negative_control"]
+
+
+def test_the_matrix_table_fits_100_columns_in_its_worst_case():
+    # Every cell at its widest text (a failure with the longest reason code and a fallback, a
+    # pass without the mechanism and with a fallback), 8 strategies, the longest scenario name.
+    from funcbwd.run import matrix
+    from funcbwd.run.forward_scenarios import ALL_SCENARIO_NAMES
+    from funcbwd.run.runner import CellResult
+    from funcbwd.strategies import available
+
+    kinds = [dict(status="fail", reason="other", fallback_ops=["aten::copy"]),
+             dict(status="fail", reason="composite_decomposed"),
+             dict(status="pass", fallback_ops=["aten::copy"], mechanism_ran=False),
+             dict(status="mismatch", fallback_ops=["aten::copy"])]
+    cells = [CellResult("binary_cross_entropy_with_logits", "s", sc, st, **kinds[k % len(kinds)])
+             for k, (sc, st) in enumerate((sc, st) for sc in ALL_SCENARIO_NAMES
+                                           for st in available())]
+    assert len(available()) == 8
+    table = matrix.format_table(cells)
+    assert _too_wide(table) == [] and "F:other" in table and "ok*+fb" in table and "F:comp" in table
+    # with a second sample passing, failures carry k/n and still fit (they wrap at the space)
+    cells += [CellResult(c.op, "t", c.scenario, c.strategy, "pass") for c in cells]
+    assert _too_wide(matrix.format_table(cells)) == [] and "1/2" in matrix.format_table(cells)

@@ -116,7 +116,7 @@ LEGEND = {
     "ok": "passed: every applicable sample matched the per-sample loop",
     "ok*": "passed without the strategy's mechanism running in every sample (plain path: e.g. "
            "the formula ran as written outside vmap, or the op was decomposed before its kernel)",
-    "+fb": "vmap used its slow per-sample fallback",
+    "+fb": "passed using vmap's slow per-sample fallback (the HTML tables also mark failures)",
     "WRONG": "ran, but the result differs from the per-sample loop",
     "k/n": "k of the n applicable samples passed (shown when some, not all, did)",
     "n/a": "not applicable (e.g. no forward-mode rule for a jvp scenario)",
@@ -134,9 +134,10 @@ def cell_kind(cell: dict[str, Any]) -> str:
 
 
 def cell_text(cell: dict[str, Any], long: bool = False) -> str:
-    """A summarized cell as text. Compact (the text table; at most ~9 characters): ``ok``,
-    ``ok*``, ``F:<reason code>`` (:data:`REASON_CODE`), ``WRONG``, ``n/a``, then ``+fb`` when the
-    slow fallback ran and `` k/n`` when only some samples passed. ``long`` (HTML tables and
+    """A summarized cell as text. Compact (the text table; at most 7 characters, so 8 strategies
+    fit 100 columns): ``ok``, ``ok*``, ``F:<reason code>`` (:data:`REASON_CODE`), ``WRONG``,
+    ``n/a``; ``+fb`` after a pass that used the slow fallback (a failure's fallback is left to the
+    long text), `` k/n`` after a failure when only some samples passed. ``long`` (HTML tables and
     hovers): :data:`STATUS_LABEL` and, for a failure, ``k/n (reason)``."""
     status = cell["status"]
     if long:
@@ -150,7 +151,7 @@ def cell_text(cell: dict[str, Any], long: bool = False) -> str:
         text = "F:" + REASON_CODE.get(cell["reason"], cell["reason"])
     else:
         text = STATUS_SHORT["pass_unused" if passed_without_mechanism(cell) else status]
-    if cell["fallback_ops"]:
+    if cell["fallback_ops"] and status == "pass":
         text += "+fb"
     if status in ("fail", "mismatch") and 0 < cell["passed"] < cell["total"]:
         text += f" {cell['passed']}/{cell['total']}"
@@ -164,7 +165,7 @@ def legend(cells: Iterable[dict[str, Any]], width: int = WIDTH) -> str:
     used = {
         "ok": any(c["status"] == "pass" and not passed_without_mechanism(c) for c in cells),
         "ok*": any(passed_without_mechanism(c) for c in cells),
-        "+fb": any(c["fallback_ops"] for c in cells),
+        "+fb": any(c["fallback_ops"] and c["status"] == "pass" for c in cells),
         "WRONG": any(c["status"] == "mismatch" for c in cells),
         "k/n": any(c["status"] in ("fail", "mismatch") and 0 < c["passed"] < c["total"]
                    for c in cells),
