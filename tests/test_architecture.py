@@ -16,7 +16,7 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "funcbwd"
 
 #: Bottom to top. A module may import modules of its own layer or lower layers, never higher.
 LAYERS = [
-    {"errors", "internals"},
+    {"errors", "internals", "progress", "tables"},
     {"batching", "fx"},
     {"ops"},
     {"strategies"},

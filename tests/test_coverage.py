@@ -255,8 +255,10 @@ def test_cost_refuses_arms_that_disagree(monkeypatch):
 
 
 def test_bad_input_names_the_choices(tmp_path):
-    with pytest.raises(UnknownNameError, match="atan2"):
+    with pytest.raises(UnknownNameError, match=r"'no_such_op'\nvalid OpInfo ops \(\d+\): "):
         coverage_sweep.run_sweep("no_such_op")
+    with pytest.raises(UnknownNameError, match="did you mean .*atan2"):
+        coverage_sweep.run_sweep("atan3")
     with pytest.raises(BadInputError, match="valid for coverage"):
         coverage_sweep.run_sweep("atan2", strategies="per_formula")
     bad = tmp_path / "x.json"

@@ -141,7 +141,7 @@ def test_serial_path_records_errors_and_says_timeouts_are_not_enforced(capsys):
     assert out[1] == failure_record("raise", "error", out[1]["message"])
     assert out[1]["message"].startswith("ValueError: bad item")
     err = capsys.readouterr().err
-    assert "[2/2] failed 1" in err and "timeouts not enforced" in err
+    assert "items 2/2 100%, 1 failed" in err and "timeouts not enforced" in err
 
 
 def test_cluster_is_closed_when_the_caller_raises():

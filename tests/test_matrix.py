@@ -94,5 +94,5 @@ def test_cli_rejects_unknown_names_with_the_valid_ones():
 def test_table_and_csv_forms_render(records):
     results = cell_records.from_records(records)
     table = matrix.format_table(results)
-    assert "plain" in table.splitlines()[0] and "FAIL" in table
+    assert "plain" in table.splitlines()[1] and "F:inpl" in table and "failed: vmap in-place" in table
     assert cell_records.to_csv(results).splitlines()[0].startswith("op,sample,scenario,strategy,dtype,status")

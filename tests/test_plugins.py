@@ -1,10 +1,11 @@
 """A user's own module of formulas: loaded with ``python -m funcbwd --plugin MODULE`` or through the
 ``funcbwd.formulas`` entry-point group, run through the matrix like a built-in op; a plugin that
-cannot load stops with one line naming it."""
+cannot load stops with one message naming it (wrapped at 100 columns)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -42,12 +43,22 @@ def _funcbwd(*argv: str, path: Path) -> subprocess.CompletedProcess:
 
 
 def _cells(table: str) -> dict[str, str]:
-    """{strategy: cell text} of a one-row ``matrix`` table."""
+    """{strategy: cell text} of a one-op, one-row ``matrix`` table (its block: the op's heading,
+    the header, the rule, the row), with "op" the heading's op."""
     lines = [ln for ln in table.splitlines() if ln.strip()]
-    header = lines[0].split()
-    starts = [lines[0].index(h) for h in header]
-    row = lines[2]
-    return {h: row[s:e].strip() for h, s, e in zip(header, starts, starts[1:] + [None])}
+    header = lines[1].split()
+    starts = [lines[1].index(h) for h in header]
+    row = lines[3]
+    cells = {h: row[s:e].strip() for h, s, e in zip(header, starts, starts[1:] + [None])}
+    return {"op": lines[0].split(":")[0], **cells}
+
+
+def _error(p: subprocess.CompletedProcess) -> tuple[str, list[str]]:
+    """(the error's text with the ``python -m funcbwd[ COMMAND]: error: `` prefix removed and its
+    wrapped lines joined, the stderr lines)."""
+    lines = p.stderr.strip().splitlines()
+    joined = " ".join(ln.strip() for ln in lines)
+    return re.sub(r"^python -m funcbwd( \w+)?: error: ", "", joined), lines
 
 
 def test_plugin_formula_runs_through_the_matrix(tmp_path):
@@ -58,7 +69,7 @@ def test_plugin_formula_runs_through_the_matrix(tmp_path):
     cells = _cells(p.stdout)
     assert cells["op"] == "myop" and cells["scenario"] == "vmap_cotangents"
     # computed against the per-sample loop: the legacy write fails under vmap, functionalized passes
-    assert cells["plain"].startswith("FAIL") and "vmap_inplace" in cells["plain"], cells
+    assert cells["plain"].startswith("F:inpl"), cells  # F:inpl = failed, vmap_inplace
     assert cells["per_formula"].startswith("ok"), cells
 
 
@@ -72,28 +83,28 @@ def test_without_the_plugin_its_op_is_unknown(tmp_path):
 def test_bad_plugin_name_is_one_line_naming_it(tmp_path):
     p = _funcbwd("--plugin", "no_such_plugin_module", "ops", path=tmp_path)
     assert p.returncode == 2
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
-    assert lines[0].startswith("error: plugin module 'no_such_plugin_module' not found")
-    assert "PYTHONPATH" in lines[0]
+    msg, lines = _error(p)
+    assert lines[0].startswith("python -m funcbwd ops: error: ") and "Traceback" not in p.stderr
+    assert all(ln.startswith("    ") for ln in lines[1:]), p.stderr  # one message, wrapped
+    assert msg.startswith("plugin module 'no_such_plugin_module' not found") and "PYTHONPATH" in msg
 
 
 def test_plugin_registering_a_taken_name_is_one_line_naming_it(tmp_path):
     _write(tmp_path, "dupplug", PLUGIN.replace('name="myop"', 'name="diag"'))
     p = _funcbwd("--plugin", "dupplug", "ops", path=tmp_path)
     assert p.returncode == 2
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
-    assert "plugin module 'dupplug' failed to load" in lines[0]
-    assert "op 'diag' is already registered" in lines[0]
+    msg, lines = _error(p)
+    assert all(ln.startswith("    ") for ln in lines[1:]) and "Traceback" not in p.stderr, p.stderr
+    assert "plugin module 'dupplug' failed to load" in msg
+    assert "op 'diag' is already registered" in msg
 
 
 def test_plugin_that_raises_is_one_line_naming_it(tmp_path):
     _write(tmp_path, "brokenplug", "import funcbwd\nraise RuntimeError('no formulas today')\n")
     p = _funcbwd("--plugin", "brokenplug", "ops", path=tmp_path)
     assert p.returncode == 2
-    assert p.stderr.strip() == ("error: plugin module 'brokenplug' failed to load: RuntimeError: "
-                                "no formulas today")
+    assert _error(p)[0] == "plugin module 'brokenplug' failed to load: RuntimeError: no formulas today"
+    assert p.stderr.startswith("python -m funcbwd ops: error: plugin module 'brokenplug'")
 
 
 def _distribution(tmp: Path, module: str, value: str) -> None:
@@ -125,10 +136,10 @@ def test_broken_entry_point_is_one_line_naming_it(tmp_path):
     _distribution(tmp_path, "mine", "no_such_module_here")
     p = _funcbwd("ops", path=tmp_path)
     assert p.returncode == 2
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
-    assert lines[0].startswith("error: plugin 'no_such_module_here' (entry point 'mine' in group "
-                               "'funcbwd.formulas') failed to load: ModuleNotFoundError")
+    msg, lines = _error(p)
+    assert all(ln.startswith("    ") for ln in lines[1:]) and "Traceback" not in p.stderr, p.stderr
+    assert msg.startswith("plugin 'no_such_module_here' (entry point 'mine' in group "
+                          "'funcbwd.formulas') failed to load: ModuleNotFoundError")
 
 
 @pytest.mark.parametrize("bad", ["", "myplug.py"])

@@ -2,23 +2,78 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+import difflib
+import textwrap
+from typing import Iterable, Mapping, Sequence
 
 
 class FuncbwdError(ValueError):
-    """Base class: a user-facing error with a one-line, actionable message."""
+    """Base class: a user-facing, actionable error; its first line says what was wrong (further
+    lines, if any, list the valid choices), every line at most 100 columns."""
 
 
 class UnknownNameError(FuncbwdError, KeyError):
-    def __init__(self, kind: str, name: object, valid: Iterable[str], of: str = ""):
-        self.kind, self.name, self.valid = kind, name, sorted(valid)
+    """An unknown name of some ``kind`` (op, strategy, scenario, form, OpInfo op, ...).
+
+    ``valid`` is the names to choose from, or a mapping group -> list of names (the op registry's
+    groups, :func:`grouped`: the message then lists the names by group). The message's first line names the bad name
+    and, when some valid names are close to it, suggests them (:func:`suggest`); the following
+    lines list the valid names, wrapped at 100 columns, a long group shortened to its first
+    names and a count. Attributes: ``kind``, ``name``, ``valid`` (every valid name, sorted),
+    ``groups`` (group -> sorted names; one group ``""`` when ungrouped), ``suggestions``."""
+
+    def __init__(self, kind: str, name: object, valid: Iterable[str] | Mapping[str, Iterable[str]],
+                 of: str = ""):
+        groups = ({g: sorted(ns) for g, ns in valid.items()} if grouped(valid)
+                  else {"": sorted(valid)})
+        self.kind, self.name, self.groups = kind, name, groups
+        self.valid = sorted({n for ns in groups.values() for n in ns})
+        self.suggestions = suggest(name, self.valid)
         where = f" of {of}" if of else ""
-        super().__init__(
-            f"unknown {kind}{where} {name!r}; valid {plural(kind)}{where}: {', '.join(self.valid)}"
-        )
+        head = f"unknown {kind}{where} {name!r}"
+        if self.suggestions:
+            head += f"; did you mean {' or '.join(self.suggestions)}?"
+        super().__init__(head + "\n" + listing(f"valid {plural(kind)}{where}", groups))
 
     def __str__(self) -> str:  # KeyError would quote the message
         return self.args[0]
+
+
+#: names shown of one group before "... and N more"
+SHOWN = 12
+
+
+def suggest(name: object, valid: Sequence[str], n: int = 3) -> list[str]:
+    """Up to ``n`` valid names close to ``name``: difflib's closest matches (ignoring case),
+    then names containing it (for a name of 3 characters or more)."""
+    if not isinstance(name, str) or not name:
+        return []
+    lower = {v.lower(): v for v in valid}
+    close = [lower[m] for m in difflib.get_close_matches(name.lower(), list(lower), n, 0.6)]
+    if len(name) >= 3:
+        close += [v for v in valid if name.lower() in v.lower() and v not in close]
+    return close[:n]
+
+
+def listing(title: str, groups: Mapping[str, Sequence[str]], width: int = 100) -> str:
+    """``title: a, b, c`` (one group ``""``), or ``title, by group:`` and one indented line per
+    group, wrapped at ``width``; a group of more than :data:`SHOWN` names shows its first ones
+    and how many more."""
+    def names(ns: Sequence[str]) -> str:
+        if len(ns) <= SHOWN:
+            return ", ".join(ns)
+        return ", ".join(ns[: SHOWN // 2]) + f", ... and {len(ns) - SHOWN // 2} more"
+
+    def fill(text: str, indent: str, hanging: str) -> str:
+        return textwrap.fill(text, width, initial_indent=indent, subsequent_indent=hanging,
+                             break_long_words=False, break_on_hyphens=False)
+
+    if list(groups) == [""]:
+        return fill(f"{title} ({len(groups[''])}): {names(groups[''])}"
+                    if len(groups[""]) > SHOWN else f"{title}: {names(groups[''])}", "", "  ")
+    lines = [f"{title}, by group:"]
+    lines += [fill(f"{g} ({len(ns)}): {names(ns)}", "  ", "      ") for g, ns in groups.items()]
+    return "\n".join(lines)
 
 
 class BadInputError(FuncbwdError, TypeError):
@@ -33,22 +88,42 @@ def plural(kind: str) -> str:
     return kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
 
 
-def check_name(kind: str, name: object, valid: Iterable[str]) -> str:
-    valid = list(valid)
-    if not isinstance(name, str) or name not in valid:
+def grouped(valid: object) -> bool:
+    """Is ``valid`` names by group (a mapping group -> list or tuple of names)? Any other mapping
+    (e.g. name -> setting) stands for its keys."""
+    return isinstance(valid, Mapping) and all(isinstance(v, (list, tuple)) for v in valid.values())
+
+
+def _flat(valid: Iterable[str] | Mapping[str, Iterable[str]]) -> list[str]:
+    if grouped(valid):
+        return [n for ns in valid.values() for n in ns]
+    return list(valid)
+
+
+def check_name(kind: str, name: object, valid: Iterable[str] | Mapping[str, Iterable[str]]) -> str:
+    """``name`` if it is one of ``valid`` (names, or group -> names), else
+    :class:`UnknownNameError`."""
+    if not grouped(valid):
+        valid = list(valid)
+    if not isinstance(name, str) or name not in _flat(valid):
         raise UnknownNameError(kind, name, valid)
     return name
 
 
-def parse_names(kind: str, text: str | Iterable[str] | None, valid: Iterable[str]) -> list[str]:
-    """Parse 'a,b' (or a list); None or 'all' means every valid name."""
-    valid = list(valid)
+def parse_names(kind: str, text: str | Iterable[str] | None,
+                valid: Iterable[str] | Mapping[str, Iterable[str]]) -> list[str]:
+    """Parse 'a,b' (or a list); None or 'all' means every valid name (in ``valid``'s order).
+    ``valid`` may be grouped (group -> names): an unknown name's error then lists them by group."""
+    if not grouped(valid):
+        valid = list(valid)
     if text is None or text == "all":
-        return valid
+        return _flat(valid)
     names = [n.strip() for n in text.split(",")] if isinstance(text, str) else list(text)
     names = [n for n in names if n]
     if not names:
-        raise FuncbwdError(f"no {kind} given; valid {plural(kind)}: {', '.join(sorted(valid))}")
+        groups = ({g: sorted(ns) for g, ns in valid.items()} if grouped(valid)
+                  else {"": sorted(valid)})
+        raise FuncbwdError(f"no {kind} given\n" + listing(f"valid {plural(kind)}", groups))
     return [check_name(kind, n, valid) for n in names]
 
 

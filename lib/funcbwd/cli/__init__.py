@@ -1,8 +1,12 @@
 """``python -m funcbwd``: the workbench from a terminal.
 
 One module per subcommand family in this package, each with ``HELP`` (one line),
-``configure(parser)`` and ``main(args) -> int``; this file only routes. Bad input prints one
-readable line and exits 2 (``--debug`` shows the traceback).
+``configure(parser)`` and ``main(args) -> int``; this file only routes. Every command has
+``--width N`` (text output fits N columns; default the terminal's width when stdout is one, else
+100) and ``--quiet`` (no progress on stderr), from :mod:`funcbwd.cli.options`. Bad input exits 2 with an error that names the
+command (``python -m funcbwd matrix: error: ...``): a bad option shows that command's usage, a bad
+name (op, strategy, ...) suggests the closest valid ones and lists them by group (``--debug``
+shows the traceback). Text output fits ``--width``; JSON and CSV are left exactly as they are.
 
 Fast by construction: importing a command module imports no torch (they import the library
 inside their functions), and the command line is parsed in two passes, first the global options
@@ -17,22 +21,39 @@ them in the ``funcbwd.formulas`` entry-point group, loaded when the registry is 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NoReturn, Sequence
 
 from funcbwd.cli import (bench, coverage, deletable, findings, graph, matrix, ops, profile,
                          report, trace)
-from funcbwd.errors import FuncbwdError
+from funcbwd.errors import FuncbwdError, suggest
+from funcbwd.tables import WIDTH, fit, terminal_width
 
 
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose ``epilog`` may be a callable, computed only when help is printed
-    (epilogs that list the registry's ops need torch; parsing must not)."""
+    (epilogs that list the registry's ops need torch; parsing must not), and fitted to the
+    terminal's width (100 columns when stdout is not a terminal)."""
 
     def format_help(self) -> str:
         if callable(self.epilog):
             self.epilog = self.epilog()
+        if self.epilog:
+            self.epilog = fit(self.epilog, terminal_width())
         return super().format_help()
+
+    def error(self, message: str) -> NoReturn:
+        """Usage, then ``PROG: error: MESSAGE`` fitted to 100 columns; an invalid choice (a
+        misspelt command) also gets the closest valid ones."""
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            close = suggest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+            if close:
+                message = message.replace(m.group(0), f"invalid choice: '{m.group(1)}'; did you "
+                                          f"mean {' or '.join(close)}? (choose from {m.group(2)})")
+        self.print_usage(sys.stderr)
+        self.exit(2, fit(f"{self.prog}: error: {message}", WIDTH) + "\n")
 
 
 #: subcommand -> its module (HELP, configure, main), in the order ``--help`` lists them
@@ -63,10 +84,12 @@ def build_parser(commands: Iterable[str] | None = None) -> Parser:
                         help="import MODULE (a module of your own register(OpSpec(...)) calls) "
                              "before the command; repeatable")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.commands = {}  # name -> its subparser (errors are reported by the command's own parser)
     for name, command in COMMANDS.items():
         configured = name in chosen
         p = sub.add_parser(name, help=command.HELP, description=command.HELP, add_help=configured,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.commands[name] = p
         if configured:
             command.configure(p)
             p.set_defaults(_run=command.main)
@@ -85,13 +108,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not first.command:
             build_parser(commands=()).print_help()
             return 2
-        # Pass 2: only the chosen command is configured.
-        args = build_parser([first.command]).parse_args(argv)
+        # Pass 2: only the chosen command is configured. What it does not know is reported by
+        # the command's own parser (its usage, its name), not by the top-level one.
+        parser = build_parser([first.command])
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            parser.commands[first.command].error(f"unrecognized arguments: {' '.join(extra)}")
         return int(args._run(args) or 0)
     except FuncbwdError as e:
         if first.debug:
             raise
-        print(f"error: {e}", file=sys.stderr)
+        where = f"python -m funcbwd {first.command}" if first.command else "python -m funcbwd"
+        print(fit(f"{where}: error: {e}", WIDTH), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -8,7 +8,8 @@ this module imports no torch (the library is imported inside the functions).
 from __future__ import annotations
 
 import argparse
-import sys
+
+from funcbwd.cli import options
 
 HELP = "overhead and copies: batched backward timings as ratios (vs handfixed and builtin)"
 
@@ -34,7 +35,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clock", default=None,
                    help="clock for medians and ratios: thread_cpu (default) or wall (both are recorded)")
     p.add_argument("--out", default=None, help="write the JSON result here")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    options.add_common(p)
 
 
 def _int_list(text: str, what: str) -> tuple[int, ...]:
@@ -54,7 +55,7 @@ def config_from_args(args: argparse.Namespace):
 
     cfg = BenchConfig.quick() if args.quick else BenchConfig.full()
     if args.ops:
-        cfg.ops = tuple(parse_names("op", args.ops, registry.op_names()))
+        cfg.ops = tuple(parse_names("op", args.ops, registry.op_groups()))
     if args.strategies:
         cfg.strategies = tuple(parse_names("strategy", args.strategies, strategy_labels()))
     if args.batches:
@@ -74,10 +75,11 @@ def main(args: argparse.Namespace) -> int:
     from funcbwd.measure import bench, bench_results, bench_text
 
     cfg = config_from_args(args)
-    say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    results = bench.run_bench(cfg, say)
-    print(bench_text.format_ratios(results))
-    print(bench_text.format_summary(results))
+    with options.progress_of(args, "bench") as progress:
+        results = bench.run_bench(cfg, progress)
+    width = options.width_of(args)
+    print(bench_text.format_ratios(results, width=width))
+    print(bench_text.format_summary(results, width))
     if args.out:
         bench_results.save(results, args.out)
         print(f"wrote {args.out}")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from funcbwd.cli import options
+
 HELP = "vmap(vjp) sweep over torch's OpInfo database"
 EPILOG = ("strategies: builtin (torch as is), whole (the entire backward functionalized under "
           "vmap), hooks (each backward node functionalized by autograd hooks).\n"
@@ -53,7 +55,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["json", "csv"], default=None,
                    help="file format (default: from --out's extension, else json)")
     p.add_argument("--load", default=None, help="summarize a saved run instead of sweeping")
-    p.add_argument("--progress", action="store_true", help="print progress to stderr")
+    options.add_common(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -63,12 +65,18 @@ def main(args: argparse.Namespace) -> int:
     from funcbwd.errors import BadInputError
     from funcbwd.measure import coverage_cost, coverage_ops, coverage_summary, coverage_sweep
     from funcbwd.run import compare
+    from funcbwd.tables import fit
 
+    width = options.width_of(args)
     if args.load:
-        print(coverage_summary.format_summary(coverage_summary.summarize(coverage_summary.load(args.load))))
-        if not args.load.endswith(".csv") and coverage_summary.load_cost(args.load):
-            print("\n" + coverage_cost.format_cost(coverage_cost.summarize_cost(
-                coverage_summary.load_cost(args.load))))
+        with options.progress_of(args, "coverage") as progress:
+            progress(f"loading and summarizing {args.load}")
+            text = coverage_summary.format_summary(
+                coverage_summary.summarize(coverage_summary.load(args.load)), width=width)
+            if not args.load.endswith(".csv") and coverage_summary.load_cost(args.load):
+                text += "\n\n" + fit(coverage_cost.format_cost(coverage_cost.summarize_cost(
+                    coverage_summary.load_cost(args.load))), width)
+        print(text)
         return 0
     if args.max_in_dims < 0 or args.budget < 0 or args.item_timeout < 0 or args.workers < 0:
         raise BadInputError("--max-in-dims, --budget, --item-timeout and --workers must be >= 0 "
@@ -79,12 +87,13 @@ def main(args: argparse.Namespace) -> int:
     records, costs = coverage_sweep.run_sweep(
         args.ops, args.strategies, args.all_samples, max_in_dims=args.max_in_dims or None,
         budget_s=args.budget or None, rules=args.rules, cost=args.cost, workers=args.workers,
-        scheduler=args.scheduler, item_timeout=args.item_timeout or None, progress=args.progress)
+        scheduler=args.scheduler, item_timeout=args.item_timeout or None,
+        progress=options.progress_of(args, "coverage"))
     meta = {"torch": torch.__version__, "ops": args.ops or "all", "strategies": args.strategies,
             "all_samples": args.all_samples, "max_in_dims": args.max_in_dims or "all",
             "budget_s": args.budget, "batch": coverage_ops.BATCH,
             "entries": "distinct per batch entry (funcbwd.run.entries), copies where invalid",
-            "atol": compare.ATOL, "rtol": compare.RTOL,
+            "tolerance": compare.tolerance(torch.float32).text(),
             "rules": list(batching.RULES) if args.rules else [],
             "rules_scope": "around the backward (vjp_fn call) of whole/hooks only (funcbwd.batching.scoped_rules)" if args.rules
             else "none (torch 2.13 as is)",
@@ -93,11 +102,11 @@ def main(args: argparse.Namespace) -> int:
             "fallback_detection": "performance-drop warning" if fallback_ok
             else "UNAVAILABLE (the fallback did not warn)",
             "wall_seconds": round(time.perf_counter() - start, 1)}
-    print(coverage_summary.format_summary(coverage_summary.summarize(records)))
+    print(coverage_summary.format_summary(coverage_summary.summarize(records), width=width))
     if args.cost:
-        print("\n" + coverage_cost.format_cost(coverage_cost.summarize_cost(costs)))
-    print(f"\nwall time {meta['wall_seconds']} s; fallback detection: {meta['fallback_detection']}; "
-          f"rules: {', '.join(meta['rules']) or 'none'}")
+        print("\n" + fit(coverage_cost.format_cost(coverage_cost.summarize_cost(costs)), width))
+    print("\n" + fit(f"wall time {meta['wall_seconds']} s; fallback detection: "
+                     f"{meta['fallback_detection']}; rules: {', '.join(meta['rules']) or 'none'}", width))
     if args.out:
         if fmt == "csv":
             with open(args.out, "w") as f:

@@ -10,6 +10,8 @@ import json
 import math
 import sys
 
+from funcbwd.cli import options
+
 HELP = "the deletable-branches table: today's hand-written branches under traced/per_formula"
 
 
@@ -24,7 +26,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (default 5)")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--out", default=None, help="also write the JSON result to this file")
-    p.add_argument("--quiet", action="store_true", help="no per-site progress on stderr")
+    options.add_common(p)
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -48,15 +50,19 @@ def main(args: argparse.Namespace) -> int:
 
     if args.rounds < 1:
         raise BadInputError(f"--rounds must be a positive int, got {args.rounds}")
-    progress = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    result = deletable.run_table(_names(args.strategies) or list(deletable.CANDIDATES),
-                                 ops=_names(args.ops), samples=args.samples,
-                                 time_it=not args.no_timing, rounds=args.rounds, progress=progress)
+    from funcbwd.tables import fit
+
+    with options.progress_of(args, "deletable") as progress:
+        result = deletable.run_table(_names(args.strategies) or list(deletable.CANDIDATES),
+                                     ops=_names(args.ops), samples=args.samples,
+                                     time_it=not args.no_timing, rounds=args.rounds,
+                                     progress=progress)
     text = json.dumps(_strict(result), indent=1)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
-    sys.stdout.write((text if args.format == "json" else deletable.format_table(result)) + "\n")
+    sys.stdout.write((text if args.format == "json"
+                      else fit(deletable.format_table(result), options.width_of(args))) + "\n")
     return 0
 
 

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from funcbwd.cli import options
+
 HELP = "torch bugs found here, as self-checking upstream bug reports"
 
 
@@ -21,22 +23,24 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["markdown", "text", "json"], default="markdown")
     p.add_argument("--no-cases", action="store_true", help="only the repro, not the related cases")
     p.add_argument("--out", default=None, help="write to this file instead of stdout")
+    options.add_common(p)
 
 
 def main(args: argparse.Namespace) -> int:
-    from funcbwd.errors import BadInputError
+    from funcbwd.errors import parse_names
     from funcbwd.measure import findings
+    from funcbwd.tables import fit
 
-    keys = findings.finding_keys() if not args.only else [
-        k.strip() for k in args.only.split(",") if k.strip()]
-    if not keys:
-        raise BadInputError("--only names no finding; valid findings: "
-                            + ", ".join(findings.finding_keys()))
-    reports = [findings.get_finding(k).check(with_cases=not args.no_cases) for k in keys]
+    keys = parse_names("finding", args.only, findings.finding_keys())
+    with options.progress_of(args, "findings") as progress:
+        reports = [findings.get_finding(k).check(with_cases=not args.no_cases)
+                   for k in progress.track(keys)]
     if args.format == "json":
         text = json.dumps([r.to_dict() for r in reports], indent=1)
+    elif args.format == "markdown":  # a document to paste upstream: its lines are left whole
+        text = "\n\n".join(r.markdown() for r in reports)
     else:
-        text = "\n\n".join(r.markdown() if args.format == "markdown" else r.text() for r in reports)
+        text = fit("\n\n".join(r.text() for r in reports), options.width_of(args))
     if args.out:
         with open(args.out, "w") as fh:
             fh.write(text + "\n")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from funcbwd.cli import options
+
 HELP = "FX graph of a formula and a diff between two forms"
 
 
@@ -12,13 +14,15 @@ def epilog() -> str:
     from funcbwd.observe.graphs import FORMS
     from funcbwd.ops import registry
 
-    return ("forms:\n" + "\n".join(f"  {f}" for f in FORMS)
-            + "\n\nops: " + ", ".join(registry.op_names()))
+    from funcbwd.errors import listing
+
+    return ("forms:\n" + "\n".join(f"  {f}" for f in FORMS) + "\n\n"
+            + listing("ops", registry.op_groups(include_opt_in=True)))
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.epilog = epilog  # computed only if help is printed (funcbwd.cli.Parser)
-    p.add_argument("op", help="op name (see `python -m funcbwd ops`)")
+    p.add_argument("op", nargs="?", help="op name (see `python -m funcbwd ops`; not with --copies)")
     p.add_argument("--from", dest="a", default="plain", help="form to diff from (default plain)")
     p.add_argument("--to", dest="b", default="traced", help="form to diff to (default traced)")
     p.add_argument("--vmap", action="store_true",
@@ -27,24 +31,36 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=4, help="batch size under --vmap (default 4)")
     p.add_argument("--html", default=None, metavar="FILE", help="also write a side-by-side HTML diff")
     p.add_argument("--copies", action="store_true",
-                   help="print the copy table for all test ops instead")
+                   help="print the copy table instead (the test ops, or the op given)")
+    options.add_common(p)
 
 
 def main(args: argparse.Namespace) -> int:
+    from funcbwd.errors import BadInputError
     from funcbwd.observe import graphs
     from funcbwd.ops import registry
+    from funcbwd.tables import fit
 
+    width = options.width_of(args)
     if args.copies:
-        sys.stdout.write(graphs.format_copy_table(graphs.copy_table(vmap=args.vmap, batch=args.batch))
-                         + "\n")
+        ops = [args.op] if args.op else registry.op_names("test")
+        rows = []
+        with options.progress_of(args, "graph --copies") as progress:
+            for op in progress.track(ops):
+                rows += graphs.copy_table([op], vmap=args.vmap, batch=args.batch)
+        sys.stdout.write(graphs.format_copy_table(rows, width) + "\n")
         return 0
+    if not args.op:
+        raise BadInputError("name an op (python -m funcbwd ops lists them), or give --copies")
     spec = registry.get_op(args.op)
     graphs.check_form(args.a), graphs.check_form(args.b)
-    d = graphs.diff(spec, args.a, args.b, args.vmap, spec.sample(args.sample), args.batch)
-    print(d.unified() or f"(no difference between {d.a.title} and {d.b.title})")
-    print()
-    for cap in (d.a, d.b):
-        print(graphs.stats_line(graphs.stats_of(cap)))
+    with options.progress_of(args, "graph") as progress:
+        progress(f"capturing {args.op} as {args.a} and {args.b}"
+                 + (f" under vmap (batch {args.batch})" if args.vmap else ""))
+        d = graphs.diff(spec, args.a, args.b, args.vmap, spec.sample(args.sample), args.batch)
+    text = d.unified() or f"(no difference between {d.a.title} and {d.b.title})"
+    text += "\n\n" + "\n".join(graphs.stats_line(graphs.stats_of(cap)) for cap in (d.a, d.b))
+    print(fit(text, width))
     if args.html:
         with open(args.html, "w") as f:
             f.write("<!doctype html><meta charset='utf-8'><title>funcbwd graph diff</title>"

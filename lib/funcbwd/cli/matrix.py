@@ -5,27 +5,35 @@ from __future__ import annotations
 import argparse
 import sys
 
+from funcbwd.cli import options
+
 HELP = "run the op x scenario x strategy matrix"
 
 
-def _choices(kind: str, names: dict[str, str]) -> str:
-    return f"{kind} (comma-separated, default all):\n" + "\n".join(
-        f"  {n:18s} {d}" for n, d in names.items())
+def _choices(kind: str, names: dict[str, str], note: str = "") -> str:
+    from funcbwd.tables import table, terminal_width
+
+    return f"{kind} (comma-separated, default all){note}:\n" + table(
+        ["name", "what"], [[n, d] for n, d in names.items()], rule=False, indent="  ",
+        width=terminal_width())
 
 
 def epilog() -> str:
-    """The valid ops, scenarios and strategies with one line each (imports the library)."""
+    """The valid ops (by group, with what fixed each), scenarios and strategies (imports the
+    library)."""
     from funcbwd.ops import registry
     from funcbwd.run.scenarios import SCENARIOS
     from funcbwd.strategies import available, get_strategy
 
+    groups = registry.op_groups(include_opt_in=True)
     return "\n\n".join([
-        _choices("--ops", {s.name: f"[{s.group}] {s.fixed_by}"
-                           for s in registry.all_ops(include_opt_in=True)}),
+        *(_choices("--ops", {s.name: s.fixed_by for s in registry.all_ops(g)},
+                   f", group {g}" + (" (opt-in: --group live)" if g == "live" else ""))
+          for g in groups),
         _choices("--scenarios", {n: s.description for n, s in SCENARIOS.items()}),
         _choices("--strategies", {n: get_strategy(n).summary for n in available()}),
-        "status: pass | fail (classified reason) | mismatch (vs the per-sample loop) | not_applicable;\n"
-        "the table marks a pass whose strategy mechanism did not run (ok*) and ends with what each\n"
+        "status: pass | fail (classified reason) | mismatch (vs the per-sample loop) | "
+        "not_applicable; the table's legend says what each mark means, and it ends with what each "
         "strategy fixes over plain (funcbwd.run.summary.fixes_over_plain)",
     ])
 
@@ -42,6 +50,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="every sample of each op, or only the first")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
     p.add_argument("--out", default=None, help="write to this file instead of stdout")
+    options.add_common(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -55,8 +64,12 @@ def main(args: argparse.Namespace) -> int:
         if ops is not None:
             raise BadInputError("give --ops or --group, not both")
         ops = registry.op_names(check_name("group", args.group, registry.groups()))
-    results = matrix.run_matrix(ops, args.scenarios, args.strategies, samples=args.samples)
-    render = {"table": lambda rs: matrix.format_table(rs) + "\n\n" + summary.format_fixes(rs),
+    width = options.width_of(args)
+    with options.progress_of(args, "matrix") as progress:
+        results = matrix.run_matrix(ops, args.scenarios, args.strategies, samples=args.samples,
+                                    progress=progress)
+    render = {"table": lambda rs: (matrix.format_table(rs, width) + "\n\n"
+                                   + summary.format_fixes(rs, width)),
               "json": records.to_json, "csv": records.to_csv}[args.format]
     text = render(results)
     if args.out:

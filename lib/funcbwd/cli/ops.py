@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from funcbwd.cli import options
+
 HELP = "list the op catalog (name, legacy source, fix, samples)"
 
 
@@ -12,17 +14,20 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="only this group: test (the 8 ops of functorch#241), extended, "
                         "negative_control, live (today's core sites; opt-in: not listed by "
                         "default), or any group a plugin registers")
+    options.add_common(p)
 
 
 def main(args: argparse.Namespace) -> int:
     from funcbwd.errors import check_name
     from funcbwd.ops import registry
+    from funcbwd.tables import paragraph
 
+    width = options.width_of(args)
     if args.group is not None:
         check_name("group", args.group, registry.groups())
     for spec in registry.all_ops(args.group):
         print(f"{spec.name}  [{spec.group}]")
-        print(f"  legacy: {spec.source}")
-        print(f"  fixed by: {spec.fixed_by}")
-        print(f"  samples: {'; '.join(s.name for s in spec.samples())}")
+        for label, text in (("legacy", spec.source), ("fixed by", spec.fixed_by),
+                            ("samples", "; ".join(s.name for s in spec.samples()))):
+            print(paragraph(f"{label}: {text}", width, "  ", "      "))
     return 0

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
+
+from funcbwd.cli import options
 
 HELP = "one self-contained HTML report (no Jupyter, no network)"
 #: environment variable naming the directory of saved results (``--data``'s default)
@@ -32,23 +33,28 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, metavar="DIR",
                    help=f"directory of saved results (bench-quick.json, coverage-all.json.gz); "
                         f"default ${DATA_ENV} if set, else ./data")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    options.add_common(p)
 
 
 def main(args: argparse.Namespace) -> int:
+    from funcbwd.tables import fit
     from funcbwd.views.report import build_report
 
-    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     data_dir = Path(args.data) if args.data else default_data_dir()
-    page, sections = build_report(args.ops, quick=args.quick, scenarios=args.scenarios,
-                                  strategies=args.strategies, data_dir=data_dir, progress=progress)
+    with options.progress_of(args, "report") as progress:
+        page, sections = build_report(args.ops, quick=args.quick, scenarios=args.scenarios,
+                                      strategies=args.strategies, data_dir=data_dir,
+                                      progress=progress)
     out = Path(args.out)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True)
     out.write_text(page, encoding="utf-8")
     missing = [s.id for s in sections if s.status == "missing"]
     errors = [s.id for s in sections if s.status == "error"]
-    print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB)"
-          + (f"; sections without data or module: {', '.join(missing)}" if missing else "")
-          + (f"; FAILED sections: {', '.join(errors)}" if errors else ""))
+    width = options.width_of(args)
+    print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB)")  # a path is not wrapped
+    if missing:
+        print(fit(f"sections without data or module: {', '.join(missing)}", width))
+    if errors:
+        print(fit(f"FAILED sections: {', '.join(errors)}", width))
     return 1 if errors else 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from funcbwd.cli import options
+
 HELP = "dispatch-key trace of one op x strategy x scenario"
 
 
@@ -24,13 +26,24 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample", default=None, help="sample name (default: the op's first sample)")
     p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML page")
     p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler dispatcher view")
+    options.add_common(p)
 
 
 def main(args: argparse.Namespace) -> int:
+    from funcbwd.errors import check_name
     from funcbwd.observe.trace import trace
+    from funcbwd.ops import registry
+    from funcbwd.run.scenarios import SCENARIO_GROUPS
+    from funcbwd.strategies import get_strategy
+    from funcbwd.tables import fit
 
-    tr = trace(args.op, args.strategy, args.scenario, args.sample, profile=not args.no_profile)
-    sys.stdout.write(tr.text() + "\n")
+    registry.get_op(args.op).sample(args.sample), get_strategy(args.strategy)  # names first
+    check_name("scenario", args.scenario, SCENARIO_GROUPS)
+    with options.progress_of(args, "trace") as progress:
+        progress(f"tracing {args.op} under {args.strategy} in {args.scenario}"
+                 + ("" if args.no_profile else ", then the torch.profiler view"))
+        tr = trace(args.op, args.strategy, args.scenario, args.sample, profile=not args.no_profile)
+    sys.stdout.write(fit(tr.text(), options.width_of(args)) + "\n")
     if args.html:
         with open(args.html, "w") as f:
             f.write(tr.html())

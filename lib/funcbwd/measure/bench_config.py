@@ -80,7 +80,7 @@ class BenchConfig:
                    memory_batches=(64, 256), copy_vmap_modes=(True, False))
 
     def validate(self) -> "BenchConfig":
-        self.ops = (tuple(parse_names("op", list(self.ops), registry.op_names())) if self.ops
+        self.ops = (tuple(parse_names("op", list(self.ops), registry.op_groups())) if self.ops
                     else tuple(registry.TEST_OPS))
         self.strategies = tuple(parse_names("strategy", list(self.strategies), strategy_labels())
                                 if self.strategies else strategy_labels())

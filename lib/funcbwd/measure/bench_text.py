@@ -7,35 +7,43 @@ import math
 from typing import Any
 
 from funcbwd.measure import bench_results
+from funcbwd.tables import WIDTH, paragraph, table
 
 
 def fmt(x: Any, digits: int = 2) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def format_ratios(results: dict[str, Any], size: str = "small") -> str:
+def format_ratios(results: dict[str, Any], size: str = "small", width: int = WIDTH) -> str:
     rows = [r for r in bench_results.ratios(results) if r["size"] == size]
-    lines = [f"{size} inputs: time under vmap as ratios (lower is better), and the speedup over the "
-             "per-sample loop",
-             f"{'op':14s} {'B':>4s} {'label':24s} {'x handfixed':>11s} {'x builtin':>10s} {'x loop':>8s}"]
-    for r in sorted(rows, key=lambda r: (r["op"], r["batch"], r["label"])):
-        lines.append(f"{r['op']:14s} {r['batch']:4d} {r['label']:24s} "
-                     f"{fmt(r['ratio_vs_handfixed']):>11s} {fmt(r['ratio_vs_builtin']):>10s} "
-                     f"{fmt(r['speedup_vs_loop'], 1):>8s}")
-    return "\n".join(lines)
+    rows = [[r["op"], r["batch"], r["label"], fmt(r["ratio_vs_handfixed"]),
+             fmt(r["ratio_vs_builtin"]), fmt(r["speedup_vs_loop"], 1)]
+            for r in sorted(rows, key=lambda r: (r["op"], r["batch"], r["label"]))]
+    head = (f"{size} inputs: time under vmap as ratios (lower is better), and the speedup over the "
+            "per-sample loop")
+    return paragraph(head, width) + "\n" + table(
+        ["op", "B", "label", "x handfixed", "x builtin", "x loop"], rows, width=width,
+        align="lrlrrr")
 
 
-def format_headline(h: dict[str, Any]) -> str:
+def format_headline(h: dict[str, Any], width: int = WIDTH) -> str:
     """The best strategy per op, from :func:`funcbwd.measure.bench_results.headline`."""
-    lines = [f"headline ({h['criteria']}):"]
+    rows = []
     for op, d in h["per_op"].items():
         if not d.get("best"):
-            lines.append(f"  {op:14s} {d.get('reason', '')}")
+            rows.append([op, "-", d.get("reason", ""), "", "", ""])
             continue
-        lines.append(f"  {op:14s} best={d['best']:22s} {fmt(d['worst_ratio_vs_handfixed'])}x handfixed, "
-                     f"{fmt(d['worst_ratio_vs_builtin'])}x builtin, "
-                     f"{fmt(d['min_speedup_vs_loop'], 1)}x faster than the loop")
-    return "\n".join(lines)
+        rows.append([op, d["best"], "", fmt(d["worst_ratio_vs_handfixed"]),
+                     fmt(d["worst_ratio_vs_builtin"]), fmt(d["min_speedup_vs_loop"], 1)])
+    if all(not r[2] for r in rows):  # no op without a best: no "why not" column
+        rows = [r[:2] + r[3:] for r in rows]
+        header = ["op", "best", "x handfixed", "x builtin", "x faster than loop"]
+        align = "llrrr"
+    else:
+        header = ["op", "best", "why none", "x handfixed", "x builtin", "x faster than loop"]
+        align = "lllrrr"
+    return (paragraph(f"headline ({h['criteria']}):", width) + "\n"
+            + table(header, rows, width=width, align=align, indent="  "))
 
 
 def target_line(t: dict[str, Any]) -> str:
@@ -51,8 +59,9 @@ def target_line(t: dict[str, Any]) -> str:
     return f"{t['text']}: {t['status'].upper()}, {value}{unit}{at}{missing}"
 
 
-def format_targets(results: dict[str, Any]) -> str:
-    return "\n".join(["targets:"] + [f"  {target_line(t)}" for t in bench_results.targets(results)])
+def format_targets(results: dict[str, Any], width: int = WIDTH) -> str:
+    return "\n".join(["targets:"] + [paragraph(target_line(t), width, "  ", "      ")
+                                      for t in bench_results.targets(results)])
 
 
 def hooks_claim_line(g: dict[str, Any]) -> str:
@@ -63,19 +72,20 @@ def hooks_claim_line(g: dict[str, Any]) -> str:
     return f"{g['graph']} ({g['nodes']} nodes): {g['verdict']} ({interval})"
 
 
-def format_hooks_claim(results: dict[str, Any]) -> str:
+def format_hooks_claim(results: dict[str, Any], width: int = WIDTH) -> str:
     claim = bench_results.hooks_claim_result(results)
     head = "hooks with vmap off, per node over no-op Python hooks (paired):"
     if claim["status"] != "ok":
-        return f"{head} not measured ({claim.get('reason')})"
-    return "\n".join([head] + [f"  {hooks_claim_line(g)}" for g in claim["graphs"]])
+        return paragraph(f"{head} not measured ({claim.get('reason')})", width)
+    return "\n".join([head] + [paragraph(hooks_claim_line(g), width, "  ", "      ")
+                               for g in claim["graphs"]])
 
 
-def format_summary(results: dict[str, Any]) -> str:
+def format_summary(results: dict[str, Any], width: int = WIDTH) -> str:
     """Headline (small, and large when measured), targets and the hooks claim."""
-    parts = [format_headline(bench_results.headline(results))]
+    parts = [format_headline(bench_results.headline(results), width)]
     if "large" in results["config"]["sizes"]:
-        parts.append(format_headline(bench_results.headline(results, size="large")))
-    parts += [format_targets(results), format_hooks_claim(results),
+        parts.append(format_headline(bench_results.headline(results, size="large"), width))
+    parts += [format_targets(results, width), format_hooks_claim(results, width),
               f"elapsed: {results.get('elapsed_s')} s (config {results['config'].get('name')})"]
     return "\n".join(parts)

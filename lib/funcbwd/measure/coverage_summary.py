@@ -15,11 +15,13 @@ import html
 import io
 import json
 import re
+import textwrap
 from typing import Any, Sequence
 
 from funcbwd.errors import BadInputError, first_line
 from funcbwd.measure.coverage_sweep import RECORD_KEYS, SCENARIO
 from funcbwd.run.outcomes import STATUSES
+from funcbwd.tables import WIDTH, paragraph, shorten, table
 
 # Known reasons a functionalizing strategy fails where builtin passes: (pattern in the record's
 # status, reason or message; explanation). First match wins.
@@ -160,41 +162,55 @@ def tracing(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "median_s": round(per[len(per) // 2], 4), "max_s": round(per[-1], 3)}
 
 
-def format_summary(summary: dict[str, Any], limit: int = 40) -> str:
-    lines = [f"{summary['ops']} OpInfo ops, {summary['records']} records"]
-    head = ["strategy", *STATUSES, "fallback", "timed_out", "passed_without_mechanism", "seconds"]
-    rows = [head] + [[s, *[str(summary["counts"][s].get(k, 0)) for k in head[1:-1]],
-                      str(summary["seconds"][s])] for s in summary["strategies"]]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+def _some(items: Sequence[str], limit: int) -> str:
+    """The first ``limit`` items joined, and how many more."""
+    more = f"; ... and {len(items) - limit} more" if len(items) > limit else ""
+    return "; ".join(items[:limit]) + more
+
+
+def format_summary(summary: dict[str, Any], limit: int = 40, width: int = WIDTH) -> str:
+    """The summary as text fitting ``width`` columns: counts per strategy (a table), failure
+    reasons, tracing cost, up to ``limit`` regressions and fixes, and the slow-fallback lists
+    (their first ``limit // 3`` entries each)."""
+    some = max(1, limit // 3)
+    out = [f"{summary['ops']} OpInfo ops, {summary['records']} records"]
+    keys = [*STATUSES, "fallback", "timed_out", "passed_without_mechanism"]
+    rows = [[s, *[summary["counts"][s].get(k, 0) for k in keys], summary["seconds"][s]]
+            for s in summary["strategies"]]
+    out.append(table(["strategy", *(k.replace("_", " ") for k in keys), "seconds"], rows,
+                     width=width, align="l" + "r" * (len(keys) + 1)))
+    para = lambda text: paragraph(text, width, "", "    ")  # noqa: E731
+    item = lambda text: paragraph(text, width, "  ", "      ")  # noqa: E731
     for s, rs in summary["fail_reasons"].items():
         if rs:
-            lines.append(f"{s} failure reasons: " + ", ".join(f"{k or 'other'}={v}" for k, v in rs.items()))
+            out.append(para(f"{s} failure reasons: "
+                            + ", ".join(f"{k or 'other'}={v}" for k, v in rs.items())))
     if summary.get("tracing"):
         t = summary["tracing"]
-        lines.append(f"tracing: {t['traces']} traces, {t['seconds']} s in all, median "
-                     f"{t['median_s']} s, max {t['max_s']} s per trace")
+        out.append(para(f"tracing: {t['traces']} traces, {t['seconds']} s in all, median "
+                        f"{t['median_s']} s, max {t['max_s']} s per trace"))
     regs = summary["regressions"]
-    lines.append(f"\nregressions (builtin passes, strategy fails): {len(regs)}")
+    out.append(f"\nregressions (builtin passes, strategy fails): {len(regs)}")
     for r in regs[:limit]:
-        lines.append(f"  {r['strategy']:8s} {r['op']}[{r['sample']}] {r['status']} {r['reason']}: "
-                     f"{r['explanation']} | {first_line(r['message'], 140)}")
+        out.append(item(f"{r['strategy']} {r['op']}[{r['sample']}] {r['status']} {r['reason']}: "
+                        f"{r['explanation']} | {shorten(first_line(r['message'], 10_000), 140)}"))
     if len(regs) > limit:
-        lines.append(f"  ... {len(regs) - limit} more (see the JSON)")
-    lines.append(f"\nfixes (builtin fails, strategy passes): {len(summary['fixes'])}")
+        out.append(f"  ... {len(regs) - limit} more (see the JSON)")
+    out.append(f"\nfixes (builtin fails, strategy passes): {len(summary['fixes'])}")
     for r in summary["fixes"][:limit]:
-        lines.append(f"  {r['strategy']:8s} {r['op']}[{r['sample']}] (builtin: {r['builtin_reason']})")
+        out.append(item(f"{r['strategy']} {r['op']}[{r['sample']}] (builtin: {r['builtin_reason']})"))
     for s, ops in summary["fallback_ops"].items():
         if ops:
-            lines.append(f"\n{s} slow-fallback ATen ops (records): "
-                         + ", ".join(f"{k}={v}" for k, v in list(ops.items())[:limit]))
+            out.append("\n" + para(f"{s} slow-fallback ATen ops (records): "
+                                   + _some([f"{k}={v}" for k, v in ops.items()], some)))
     for s, items in summary["fallback_removed"].items():
-        lines.append(f"\n{s} turns {len(items)} builtin slow-fallback records (partly) into batched "
-                     "execution" + (": " + "; ".join(items[:limit]) if items else ""))
+        out.append("\n" + para(f"{s} turns {len(items)} builtin slow-fallback records (partly) into "
+                               "batched execution" + (": " + _some(items, some) if items else "")))
     for s, items in summary["fallback_introduced"].items():
         if items:
-            lines.append(f"{s} introduces the fallback in {len(items)} records: " + "; ".join(items[:limit]))
-    return "\n".join(lines)
+            out.append(para(f"{s} introduces the fallback in {len(items)} records: "
+                            + _some(items, some)))
+    return "\n".join(out)
 
 
 # ------------------------------------------------------------------------------ files
@@ -312,47 +328,72 @@ def differing(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             for r in per.values()]
 
 
-def table_html(records: Sequence[dict[str, Any]]) -> str:
-    """A self-contained sortable HTML table (click a header), one row per op x sample, one
-    column per strategy; no external scripts."""
-    strategies = list(dict.fromkeys(r["strategy"] for r in records))
-    head = ["op", "sample", *strategies, "change", "builtin fallback ops"]
-    rows = []
-    for (op, sample), per in by_key(records).items():
-        cells = [f"<td>{html.escape(op)}</td>", f"<td>{html.escape(sample)}</td>"]
-        for s in strategies:
-            r = per.get(s)
-            if r is None:
-                cells.append("<td></td>")
-                continue
-            text = r["status"] + (f" {r['reason']}" if r["reason"] else "")
-            text += " +fb" if r["fallback_ops"] else ""
-            text += "*" if r["status"] == "pass" and not r.get("mechanism_ran") else ""
-            text += " (budget)" if r.get("timed_out") else ""
-            tip = "; ".join(x for x in (r["message"], ", ".join(r["fallback_ops"]), r.get("detail", ""),
-                                        r.get("mechanism", "")) if x)
-            cells.append(f'<td style="background:{_COLORS.get(r["status"], "")}" '
-                         f'title="{html.escape(tip)}">{html.escape(text)}</td>')
-        base = per.get("builtin", {})
-        cells.append(f"<td>{html.escape(change(per))}</td>")
-        cells.append(f"<td>{html.escape(', '.join(base.get('fallback_ops', [])))}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    ths = "".join(f'<th onclick="funcbwdSort(this)" style="cursor:pointer">{html.escape(h)}</th>'
-                  for h in head)
-    script = """<script>
+#: the coverage table's sorter: a click on a header sorts the rows by that column's text (again:
+#: the other way); no external script
+SORT_SCRIPT = """\
+<script>
 function funcbwdSort(th) {
   const table = th.closest('table'), body = table.tBodies[0];
   const i = Array.from(th.parentNode.children).indexOf(th);
-  const asc = th.dataset.asc !== '1'; th.dataset.asc = asc ? '1' : '0';
+  const asc = th.dataset.asc !== '1';
+  th.dataset.asc = asc ? '1' : '0';
+  const text = row => row.cells[i].textContent;
   const rows = Array.from(body.rows);
-  rows.sort((a, b) => a.cells[i].textContent.localeCompare(b.cells[i].textContent) * (asc ? 1 : -1));
-  rows.forEach(r => body.appendChild(r));
+  rows.sort((a, b) => text(a).localeCompare(text(b)) * (asc ? 1 : -1));
+  rows.forEach(row => body.appendChild(row));
 }
 </script>"""
-    return (f'<table class="funcbwd-coverage" style="border-collapse:collapse;font-size:12px">'
-            f"<thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table>{script}"
-            "<p>* passed without the strategy's mechanism running; +fb: vmap's slow per-sample "
-            "fallback ran</p>")
+#: the width the generated HTML's source lines fit
+HTML_WIDTH = 100
+
+
+def _html_lines(start: str, text: str, end: str, indent: str = "    ") -> list[str]:
+    """``start + text + end`` as source lines of at most :data:`HTML_WIDTH` columns, broken at
+    the spaces of ``text`` (already escaped; inside an attribute a line break shows as one)."""
+    lines = textwrap.wrap(start + text + end, HTML_WIDTH, subsequent_indent=indent,
+                          break_long_words=False, break_on_hyphens=False)
+    return lines or [start + end]
+
+
+def _cell_html(r: dict[str, Any] | None) -> list[str]:
+    if r is None:
+        return ["  <td></td>"]
+    text = r["status"] + (f" {r['reason']}" if r["reason"] else "")
+    text += " +fb" if r["fallback_ops"] else ""
+    text += "*" if r["status"] == "pass" and not r.get("mechanism_ran") else ""
+    text += " (budget)" if r.get("timed_out") else ""
+    tip = "; ".join(x for x in (r["message"], ", ".join(r["fallback_ops"]), r.get("detail", ""),
+                                r.get("mechanism", "")) if x)
+    start = f'  <td style="background:{_COLORS.get(r["status"], "")}"'
+    if not tip:
+        return [f"{start}>{html.escape(text)}</td>"]
+    # the tooltip's lines continue without indent: an indent would show in the tooltip
+    return [start] + _html_lines('    title="', html.escape(tip), f'">{html.escape(text)}</td>', "")
+
+
+def table_html(records: Sequence[dict[str, Any]]) -> str:
+    """A self-contained sortable HTML table (click a header; :data:`SORT_SCRIPT`), one row per
+    op x sample, one column per strategy; no external scripts. Its source is readable: one
+    cell per line, no line over :data:`HTML_WIDTH` columns (long tooltips wrap)."""
+    strategies = list(dict.fromkeys(r["strategy"] for r in records))
+    head = ["op", "sample", *strategies, "change", "builtin fallback ops"]
+    lines = ['<table class="funcbwd-coverage" style="border-collapse:collapse;font-size:12px">',
+             "<thead><tr>"]
+    lines += [f'  <th onclick="funcbwdSort(this)" style="cursor:pointer">{html.escape(h)}</th>'
+              for h in head]
+    lines += ["</tr></thead>", "<tbody>"]
+    for (op, sample), per in by_key(records).items():
+        lines += ["<tr>", f"  <td>{html.escape(op)}</td>", f"  <td>{html.escape(sample)}</td>"]
+        for s in strategies:
+            lines += _cell_html(per.get(s))
+        base = per.get("builtin", {})
+        lines += _html_lines("  <td>", html.escape(change(per)), "</td>")
+        lines += _html_lines("  <td>", html.escape(", ".join(base.get("fallback_ops", []))), "</td>")
+        lines.append("</tr>")
+    lines += ["</tbody>", "</table>", SORT_SCRIPT,
+              "<p>* passed without the strategy's mechanism running; +fb: vmap's slow per-sample "
+              "fallback ran</p>"]
+    return "\n".join(lines)
 
 
 def summary_figure(records: Sequence[dict[str, Any]]):

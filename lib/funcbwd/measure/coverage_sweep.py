@@ -45,6 +45,7 @@ from funcbwd.errors import BadInputError, first_line
 from funcbwd.measure import coverage_ops
 from funcbwd.measure.coverage_ops import DEFAULT_MAX_IN_DIMS, SWEEP_STRATEGIES, Prepared
 from funcbwd.measure.distributed import map_items
+from funcbwd.progress import Progress
 from funcbwd.run.compare import Mismatch, check_close
 from funcbwd.run.outcomes import classify, fallback_ops
 from funcbwd.run.runner import mechanism_of
@@ -253,10 +254,11 @@ def run_sweep(ops: str | Iterable[str] | None = None,
               budget_s: float | None = DEFAULT_BUDGET_S, rules: bool = True, cost: bool = False,
               workers: int = 0, scheduler: str | None = None,
               item_timeout: float | None = DEFAULT_ITEM_TIMEOUT_S,
-              progress: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+              progress: bool | Progress = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(records, costs): the sweep over ``ops`` (ids or names; default all of op_db).
     ``workers=0`` runs serially in this process (timeouts not enforced); otherwise on that many
-    local Dask worker processes, or on the cluster at ``scheduler``."""
+    local Dask worker processes, or on the cluster at ``scheduler``. ``progress`` counts the ops
+    (:class:`funcbwd.progress.Progress`, or True for one on stderr)."""
     chosen = coverage_ops.sweep_strategies(strategies)
     if max_in_dims is not None and max_in_dims < 1:
         raise BadInputError(f"max_in_dims must be >= 1 (or None for all), got {max_in_dims}")

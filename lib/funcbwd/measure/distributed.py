@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable, Sequence
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from funcbwd.errors import BadInputError
+from funcbwd.progress import Progress
 
 REASONS = ("error", "crash", "timeout")
 DEFAULT_TIMEOUT_S = 600.0
@@ -110,36 +111,20 @@ class Warmup(WorkerPlugin):
 
 
 # ------------------------------------------------------------------------------ progress
-class Progress:
-    """A one-line text progress on stderr: rewritten in place on a terminal, otherwise a line
-    per tenth of the items. Silent when ``enabled`` is False."""
-
-    def __init__(self, total: int, enabled: bool, note: str = "") -> None:
-        self.total, self.enabled, self.note = total, enabled, note
-        self.done = self.failed = 0
-        self.start = time.perf_counter()
-        self._tty = enabled and sys.stderr.isatty()
-        self._next = 0
-
-    def update(self, failed: bool) -> None:
-        self.done += 1
-        self.failed += failed
-        if not self.enabled:
-            return
-        line = (f"[{self.done}/{self.total}] failed {self.failed}, "
-                f"{time.perf_counter() - self.start:.0f} s{self.note}")
-        if self._tty:
-            end = "\n" if self.done == self.total else ""
-            print(f"\r{line}", end=end, file=sys.stderr, flush=True)
-        elif self.done >= self._next or self.done == self.total:
-            print(line, file=sys.stderr, flush=True)
-            self._next = self.done + max(1, self.total // 10)
+def _progress(progress: bool | Progress, total: int, note: str = "") -> Progress:
+    """The caller's :class:`funcbwd.progress.Progress` (or one on stderr when ``progress`` is
+    True, a silent one when False), counting ``total`` items; ``note`` is said once first."""
+    bar = progress if isinstance(progress, Progress) else Progress("items", enabled=bool(progress))
+    if note:
+        bar(note)
+    bar.start(total)
+    return bar
 
 
 # ------------------------------------------------------------------------------ entry point
 def map_items(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int = 2,
               scheduler: str | None = None, timeout: float | None = DEFAULT_TIMEOUT_S,
-              progress: bool = True,
+              progress: bool | Progress = True,
               on_failure: Callable[[Any, str, str], Any] = failure_record,
               crash_retries: int = 1, warmup: Callable[[], Any] | None | str = "import",
               cluster_options: dict | None = None) -> list[Any]:
@@ -148,7 +133,8 @@ def map_items(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int = 
 
     ``fn`` must be a picklable top-level function and return a picklable (JSON-like) record;
     ``on_failure`` runs here, in the caller's process. ``workers`` is the number of local worker
-    processes (0 = serial, in-process); with ``scheduler`` it is ignored. ``timeout`` is per item
+    processes (0 = serial, in-process); with ``scheduler`` it is ignored. ``progress``: a
+    :class:`funcbwd.progress.Progress` to count the items on, or True (one on stderr) / False. ``timeout`` is per item
     in seconds (None = none), counted from when a worker takes the item. ``warmup`` is a
     picklable no-argument callable every worker runs once at start (see :class:`Warmup`);
     the default imports ``fn``'s module, None skips it. ``cluster_options`` are extra
@@ -180,16 +166,18 @@ def _check(fn, workers, scheduler, timeout, crash_retries) -> None:
         raise BadInputError(f"crash_retries must be an int >= 0, got {crash_retries!r}")
 
 
-def _serial(fn, items: Sequence[Any], on_failure, progress: bool,
+def _serial(fn, items: Sequence[Any], on_failure, progress: bool | Progress,
             timeout: float | None) -> list[Any]:
-    note = "; serial: timeouts not enforced" if timeout is not None else "; serial"
-    bar = Progress(len(items), progress, note)
+    note = "serial, in this process" + ("; timeouts not enforced" if timeout is not None else "")
+    bar = _progress(progress, len(items), note)
     out = []
     for item in items:
+        bar.doing(str(item))
         result = _call(fn, item)  # the caller's process: its torch threads are left alone
         failed = _is_failure(result)
         out.append(on_failure(item, "error", result["message"]) if failed else result)
-        bar.update(failed)
+        bar.advance(failed=failed)
+    bar.close()
     return out
 
 
@@ -224,7 +212,7 @@ def _distributed(fn, items, workers, scheduler, timeout, progress, on_failure, c
     from distributed.scheduler import KilledWorker
 
     results: list[Any] = [None] * len(items)
-    bar = Progress(len(items), progress)
+    bar = _progress(progress, len(items))
     client, cluster = _start(workers, scheduler, cluster_options)
     pending: dict[Any, tuple[int, int]] = {}  # future -> (item index, attempt)
     lost = [0] * len(items)
@@ -239,7 +227,7 @@ def _distributed(fn, items, workers, scheduler, timeout, progress, on_failure, c
 
         def finish(index: int, value: Any, failed: bool) -> None:
             results[index] = value
-            bar.update(failed)
+            bar.advance(failed=failed, label=str(items[index]))
 
         for i in range(len(items)):
             submit(i, 0)
@@ -287,6 +275,7 @@ def _distributed(fn, items, workers, scheduler, timeout, progress, on_failure, c
                 _enforce_timeout(client, cluster, pending, seen, timeout, items, finish,
                                  on_failure)
     finally:
+        bar.close()
         try:
             for fut in list(pending):
                 fut.cancel()

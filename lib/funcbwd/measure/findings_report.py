@@ -68,7 +68,7 @@ class Report:
         f, o = self.finding, self.main.outcome
         wrap = lambda s: textwrap.fill(s, 100)  # noqa: E731
         ind = lambda s: textwrap.indent(s.rstrip(), "    ")  # noqa: E731
-        lines = [f.title, "=" * len(f.title),
+        lines = [f.title, "=" * min(len(f.title), 100),
                  f"first seen on torch {f.torch_seen}; this run: torch {self.env['torch']}, "
                  + ("REPRODUCES" if self.reproduces else "NO LONGER REPRODUCES"), "",
                  wrap(f.summary), "", "Repro:", ind(f.repro), "",

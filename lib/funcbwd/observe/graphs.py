@@ -30,8 +30,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from funcbwd.fx import elide
 from funcbwd.ops import registry
-from funcbwd.errors import BadInputError, UnknownNameError
+from funcbwd.errors import BadInputError, UnknownNameError, first_line
 from funcbwd.fx.formula_graphs import flatten_args, formula_args_for, trace_formula
+from funcbwd.tables import WIDTH, paragraph, shorten, table
 
 FORMS = ("plain", "functionalized", "traced", "builtin")
 #: strategy name -> the form of the formula graph it runs under vmap (for bench's copy section).
@@ -364,16 +365,24 @@ def copy_table(ops: Iterable[str] | None = None, forms: Sequence[str] = ("plain"
     return rows
 
 
-def format_copy_table(rows: Sequence[dict[str, Any]]) -> str:
+def format_copy_table(rows: Sequence[dict[str, Any]], width: int = WIDTH) -> str:
+    """The rows of :func:`copy_table` as a text table fitting ``width`` columns (``-``: not
+    counted; copy ops without their ``aten::`` namespace); a row whose capture failed says
+    ``error (k)`` in its copy ops column, the error's first line is footnote k under the table."""
     cols = ["op", "form", "copies", "copy_bytes", "extra_copies", "extra_copy_bytes",
             "written_bytes", "extra_written_bytes", "copy_ops"]
-    text = [[("-" if r[c] is None else str(r[c])) if not (c == "copy_ops" and r["error"])
-             else "error: " + r["error"][:60] for c in cols] for r in rows]
-    widths = [max(len(c), *(len(t[i]) for t in text)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(t, widths)).rstrip() for t in text]
-    return "\n".join(lines)
+    notes: list[str] = []
+    text = []
+    for r in rows:
+        note = shorten(first_line(r["error"], 10_000), 300) if r["error"] else ""
+        if note and note not in notes:
+            notes.append(note)
+        text.append([(f"error ({notes.index(note) + 1})" if note else r[c].replace("aten::", ""))
+                     if c == "copy_ops" else ("-" if r[c] is None else str(r[c])) for c in cols])
+    head = [c.replace("_", " ") for c in cols[:-1]] + ["copy ops (aten::)"]
+    out = table(head, text, width=width, align="llrrrrrr")
+    return "\n".join([out] + [paragraph(f"({k}) {n}", width, "", "    ")
+                               for k, n in enumerate(notes, 1)])
 
 
 def stats_line(s: CopyStats) -> str:

@@ -38,7 +38,7 @@ from funcbwd.observe.trace_render import (DispatcherNode, FormulaCall, TensorArg
                                           TraceEvent, strip_keyset)
 from funcbwd.ops import registry
 from funcbwd.run import runner
-from funcbwd.run.scenarios import SCENARIO_NAMES
+from funcbwd.run.scenarios import SCENARIO_GROUPS
 from funcbwd.strategies import Strategy, get_strategy
 
 __all__ = ["trace", "recording", "describe_call", "Trace", "TraceEvent", "TensorArg",
@@ -284,7 +284,7 @@ def trace(op: str | registry.OpSpec, strategy: str | Strategy, scenario: str,
     ``profile``: also record the dispatcher calls (one torch.profiler session around the
     scenario; skipped if a profiler is already running)."""
     spec = registry.get_op(op) if isinstance(op, str) else op
-    check_name("scenario", scenario, SCENARIO_NAMES)
+    check_name("scenario", scenario, SCENARIO_GROUPS)
     st = get_strategy(strategy)
     smp = sample if isinstance(sample, registry.Sample) else spec.sample(sample)
     tr = Trace(spec.name, smp.name, st.name, scenario)

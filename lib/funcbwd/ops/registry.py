@@ -155,7 +155,7 @@ def get_op(name: str) -> OpSpec:
     """The registered op ``name``; an unknown name raises, listing the valid ones."""
     reg = _registry()
     if not isinstance(name, str) or name not in reg:
-        raise UnknownNameError("op", name, reg)
+        raise UnknownNameError("op", name, op_groups(include_opt_in=True))
     return reg[name]
 
 
@@ -177,6 +177,20 @@ def op_names(group: str | None = None, *, include_opt_in: bool = False) -> list[
 def all_ops(group: str | None = None, *, include_opt_in: bool = False) -> list[OpSpec]:
     """The registered :class:`OpSpec` s in registration order (as :func:`op_names` selects)."""
     return [_REGISTRY[n] for n in op_names(group, include_opt_in=include_opt_in)]
+
+
+#: the order groups are listed in (the test ops first); plugin groups follow, sorted
+GROUP_ORDER = ("test", "extended", "negative_control", "live")
+
+
+def op_groups(*, include_opt_in: bool = False) -> dict[str, list[str]]:
+    """group -> its op names in registration order, groups in :data:`GROUP_ORDER` (what an
+    unknown op's error lists)."""
+    out: dict[str, list[str]] = {}
+    for n in op_names(include_opt_in=include_opt_in):
+        out.setdefault(_REGISTRY[n].group, []).append(n)
+    rank = {g: i for i, g in enumerate(GROUP_ORDER)}
+    return dict(sorted(out.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
 
 
 def groups() -> list[str]:

@@ -10,35 +10,40 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+from funcbwd import tables
 from funcbwd.errors import parse_names
 from funcbwd.ops import registry
+from funcbwd.progress import Progress
+from funcbwd.run.outcomes import REASONS
 from funcbwd.run.runner import CellResult, run
-from funcbwd.run.scenarios import SCENARIO_NAMES, names_for
+from funcbwd.run.scenarios import SCENARIO_GROUPS, names_for
 from funcbwd.strategies import available
+from funcbwd.tables import WIDTH
 
 
 def run_matrix(ops: Iterable[str] | None = None, scenarios: Iterable[str] | None = None,
                strategies: Iterable[str] | None = None, *, samples: str = "all",
-               progress=None) -> list[CellResult]:
-    """Every op x sample x scenario x strategy cell (``samples='first'`` for one sample per op)."""
+               progress: Progress | None = None) -> list[CellResult]:
+    """Every op x sample x scenario x strategy cell (``samples='first'`` for one sample per op);
+    ``progress`` (:class:`funcbwd.progress.Progress`) counts the cells and shows the running one."""
     # [live ops] None: the default op set (opt-in groups such as "live" only when named or grouped);
     # [forward scenarios] None: every scenario that runs the formula kind of some chosen op
     ops = (registry.op_names() if ops is None
-           else parse_names("op", ops, registry.op_names(include_opt_in=True)))
+           else parse_names("op", ops, registry.op_groups(include_opt_in=True)))
     scenarios = (names_for({registry.get_op(o).kind for o in ops}) if scenarios is None
-                 else parse_names("scenario", scenarios, SCENARIO_NAMES))
+                 else parse_names("scenario", scenarios, SCENARIO_GROUPS))
     strategies = parse_names("strategy", strategies, available())
+    specs = [registry.get_op(op) for op in ops]
+    cells = [(spec, smp, sc, st) for spec in specs
+             for smp in (spec.samples() if samples == "all" else spec.samples()[:1])
+             for sc in scenarios for st in strategies]
+    progress = progress or Progress.off()
+    progress.start(len(cells))
     results = []
-    for op in ops:
-        spec = registry.get_op(op)
-        smps = spec.samples() if samples == "all" else spec.samples()[:1]
-        for smp in smps:
-            for sc in scenarios:
-                for st in strategies:
-                    r = run(spec, sc, st, smp)
-                    results.append(r)
-                    if progress:
-                        progress(r)
+    for spec, smp, sc, st in cells:
+        progress.doing(f"{spec.name} {sc} {st}")
+        results.append(run(spec, sc, st, smp))
+        progress.advance()
     return results
 
 
@@ -92,43 +97,106 @@ def passed_without_mechanism(cell: dict[str, Any]) -> bool:
     return cell["status"] == "pass" and not cell["mechanism_ran"]
 
 
-_SYMBOL = {"pass": "ok", "fail": "FAIL", "mismatch": "WRONG", "timeout": "TIME", "not_applicable": "n/a"}
-LEGEND = ("ok* = passed without the strategy's mechanism running in every sample (plain path: "
-          "e.g. the formula ran as written outside vmap, or the op was decomposed before its kernel); "
-          "+fb = vmap used its slow per-sample fallback; n/r = passed/applicable samples")
+# ------------------------------------------------------------------------------ cell texts
+#: A summarized cell's display kind (:func:`cell_kind`), in legend order, with its long label
+#: (HTML tables, hovers, figure legends) and its short text (heatmap cells); the one vocabulary
+#: of every view of the matrix.
+STATUS_ORDER = ("pass", "pass_fallback", "pass_unused", "mismatch", "fail", "timeout", "not_applicable")
+STATUS_LABEL = {"pass": "pass", "pass_fallback": "pass (slow fallback)",
+                "pass_unused": "pass, mechanism not run", "mismatch": "WRONG result",
+                "fail": "FAIL", "timeout": "budget spent (not a pass)", "not_applicable": "n/a"}
+STATUS_SHORT = {"pass": "ok", "pass_fallback": "ok+fb", "pass_unused": "ok*", "mismatch": "WRONG",
+                "fail": "FAIL", "timeout": "TIME", "not_applicable": "n/a"}
+#: failure reason (:data:`funcbwd.run.outcomes.REASONS`) -> its code in a compact cell (``F:code``)
+REASON_CODE = {"vmap_inplace": "inpl", "data_dependent": "data", "functionalization_assert": "func",
+               "composite_decomposed": "comp", "no_batch_rule": "rule", "leaked_state": "leak",
+               "no_jvp": "jvp", "mutated_input": "mut", "reference_failed": "ref", "other": "other",
+               "": "other"}
+#: what each mark of a compact cell means (the text table's legend lists the marks it uses)
+LEGEND = {
+    "ok": "passed: every applicable sample matched the per-sample loop",
+    "ok*": "passed without the strategy's mechanism running in every sample (plain path: e.g. "
+           "the formula ran as written outside vmap, or the op was decomposed before its kernel)",
+    "+fb": "passed using vmap's slow per-sample fallback (the HTML tables also mark failures)",
+    "WRONG": "ran, but the result differs from torch's own gradient (or, for a formula torch "
+             "has no op for, the per-sample loop); WRONG* = it agrees with the legacy formula, "
+             "which is wrong there",
+    "TIME": "the budget ran out before every in_dims choice ran (not a pass)",
+    "k/n": "k of the n applicable samples passed (shown when some, not all, did)",
+    "n/a": "not applicable (e.g. no forward-mode rule for a jvp scenario)",
+}
 
 
-def cell_text(cell: dict[str, Any]) -> str:
-    """A summarized cell as table text: ok / ok* / FAIL n/r reason / WRONG n/r / n/a, '+fb'."""
-    text = _SYMBOL[cell["status"]]
+def cell_kind(cell: dict[str, Any]) -> str:
+    """A summarized cell's display kind: pass_fallback when vmap needed its slow path,
+    pass_unused when it passed without the strategy's mechanism running in every sample."""
+    if cell["status"] == "pass" and cell["fallback_ops"]:
+        return "pass_fallback"
     if passed_without_mechanism(cell):
-        text += "*"
-    if cell["status"] in ("fail", "mismatch"):
+        return "pass_unused"
+    return cell["status"]
+
+
+def cell_text(cell: dict[str, Any], long: bool = False) -> str:
+    """A summarized cell as text. Compact (the text table; at most 7 characters, so 8 strategies
+    fit 100 columns): ``ok``, ``ok*``, ``F:<reason code>`` (:data:`REASON_CODE`), ``WRONG``,
+    ``n/a``; ``+fb`` after a pass that used the slow fallback (a failure's fallback is left to the
+    long text), `` k/n`` after a failure when only some samples passed. ``long`` (HTML tables and
+    hovers): :data:`STATUS_LABEL` and, for a failure, ``k/n (reason)``."""
+    status = cell["status"]
+    if long:
+        text = STATUS_LABEL[cell_kind(cell)]
+        if status in ("fail", "mismatch"):
+            text += f" {cell['passed']}/{cell['total']}"
+            if cell["reason"]:
+                text += f" ({cell['reason']})"
+        return text
+    if status == "fail":
+        text = "F:" + REASON_CODE.get(cell["reason"], cell["reason"])
+    else:
+        text = STATUS_SHORT["pass_unused" if passed_without_mechanism(cell) else status]
+        if status == "mismatch" and cell["reason"] == "legacy_wrong":
+            text += "*"
+    if cell["fallback_ops"] and status == "pass":
+        text += "+fb"
+    if status in ("fail", "mismatch") and 0 < cell["passed"] < cell["total"]:
         text += f" {cell['passed']}/{cell['total']}"
-        if cell["reason"]:
-            text += f" {cell['reason']}"
-    if cell["fallback_ops"]:
-        text += " +fb"
     return text
 
 
-def format_table(results: Sequence[CellResult]) -> str:
-    """A text table: one row per op x scenario, one column per strategy (:func:`cell_text`), and
-    the legend under it when a cell passed without its mechanism."""
+def legend(cells: Iterable[dict[str, Any]], width: int = WIDTH) -> str:
+    """The marks the compact texts of ``cells`` use, each with its meaning (:data:`LEGEND`,
+    failure codes with :data:`funcbwd.run.outcomes.REASONS`)."""
+    cells = list(cells)
+    used = {
+        "ok": any(c["status"] == "pass" and not passed_without_mechanism(c) for c in cells),
+        "ok*": any(passed_without_mechanism(c) for c in cells),
+        "+fb": any(c["fallback_ops"] and c["status"] == "pass" for c in cells),
+        "WRONG": any(c["status"] == "mismatch" for c in cells),
+        "TIME": any(c["status"] == "timeout" for c in cells),
+        "k/n": any(c["status"] in ("fail", "mismatch") and 0 < c["passed"] < c["total"]
+                   for c in cells),
+        "n/a": any(c["status"] == "not_applicable" for c in cells),
+    }
+    rows = [[m, LEGEND[m]] for m in LEGEND if used[m]]
+    for r in dict.fromkeys(c["reason"] for c in cells if c["status"] == "fail"):
+        rows.append([f"F:{REASON_CODE.get(r, r)}", "failed: " + (REASONS.get(r) or "other error")])
+    return tables.table(["mark", "meaning"], rows, width=width, rule=False)
+
+
+def format_table(results: Sequence[CellResult], width: int = WIDTH) -> str:
+    """The matrix as text fitting ``width`` columns: one block per op (a heading line, then one
+    row per scenario and one column per strategy, :func:`cell_text`'s compact texts, each the
+    worst over the op's samples), and the legend of the marks used."""
     summary = summarize(results)
     strategies = list(dict.fromkeys(r.strategy for r in results))
-    rows = list(dict.fromkeys((r.op, r.scenario) for r in results))
-    header = ["op", "scenario"] + strategies
-    lines = [header]
-    for op, sc in rows:
-        cells = [op, sc]
-        for st in strategies:
-            c = summary.get((op, sc, st))
-            cells.append("" if c is None else cell_text(c))
-        lines.append(cells)
-    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    out = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    if any(passed_without_mechanism(c) for c in summary.values()):
-        out += ["", LEGEND]
-    return "\n".join(out)
+    ops = list(dict.fromkeys(r.op for r in results))
+    blocks = []
+    for op in ops:
+        scenarios = list(dict.fromkeys(r.scenario for r in results if r.op == op))
+        samples = len({r.sample for r in results if r.op == op})
+        rows = [[sc, *(cell_text(summary[(op, sc, st)]) if (op, sc, st) in summary else ""
+                       for st in strategies)] for sc in scenarios]
+        head = f"{op}: {samples} sample{'s' if samples != 1 else ''}, worst over them"
+        blocks.append(head + "\n" + tables.table(["scenario", *strategies], rows, width=width))
+    return "\n\n".join(blocks + ["legend:\n" + legend(summary.values(), width)])

@@ -42,7 +42,7 @@ from funcbwd.run import caller, tolerances
 from funcbwd.run.compare import Comparison, compare
 from funcbwd.run.outcomes import classify, fallback_ops
 from funcbwd.run.scenario import Case, Trial
-from funcbwd.run.scenarios import SCENARIO_NAMES, SCENARIOS
+from funcbwd.run.scenarios import SCENARIO_GROUPS, SCENARIOS
 from funcbwd.strategies import get_strategy
 from funcbwd.strategies.provenance import Event
 
@@ -244,7 +244,7 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
     (never a pass). ``around`` (an observer, e.g. the trace recorder) is entered around the
     scenario itself."""
     spec = op if isinstance(op, registry.OpSpec) else registry.get_op(op)
-    parse_names("scenario", [scenario], SCENARIO_NAMES)
+    parse_names("scenario", [scenario], SCENARIO_GROUPS)
     st = get_strategy(strategy)
     smp = _cast(sample if isinstance(sample, registry.Sample) else spec.sample(sample), dtype)
     registry.validate_sample(spec, smp)

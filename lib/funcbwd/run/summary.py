@@ -22,10 +22,11 @@ from torch's own gradient for another reason than the formula's own error.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from funcbwd.run.matrix import passed_without_mechanism, summarize
 from funcbwd.run.runner import CellResult
+from funcbwd.tables import WIDTH, paragraph, table
 
 KINDS = ("fixes", "also_plain", "without_mechanism", "not_passing", "no_plain", "formula_wrong")
 
@@ -70,15 +71,13 @@ def counts(results: Sequence[CellResult]) -> dict[str, dict[str, int]]:
     return {st: {k: len(v) for k, v in kinds.items()} for st, kinds in fixes_over_plain(results).items()}
 
 
-def format_fixes(results: Sequence[CellResult]) -> str:
-    """One line per strategy: the counts of :func:`fixes_over_plain`, for under the matrix table."""
-    rows: list[Any] = [["strategy", "fixes over plain", "passes plain also passes",
-                        "passes without its mechanism", "not passing"]]
-    for st, c in counts(results).items():
-        rows.append([st, str(c["fixes"]), str(c["also_plain"]), str(c["without_mechanism"]),
-                     str(c["not_passing"])])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return ("What each strategy fixes over plain, in cells (op x scenario, worst over samples); a fix "
-            "is a pass with the strategy's mechanism ran where plain fails:\n" + "\n".join(lines))
+def format_fixes(results: Sequence[CellResult], width: int = WIDTH) -> str:
+    """One line per strategy: the counts of :func:`fixes_over_plain`, for under the matrix table
+    (fitting ``width`` columns)."""
+    rows = [[st, c["fixes"], c["also_plain"], c["without_mechanism"], c["not_passing"]]
+            for st, c in counts(results).items()]
+    head = ("What each strategy fixes over plain, in cells (op x scenario, worst over samples); a fix "
+            "is a pass with the strategy's mechanism ran where plain fails:")
+    return paragraph(head, width) + "\n" + table(
+        ["strategy", "fixes over plain", "passes plain also passes", "passes without its mechanism",
+         "not passing"], rows, width=width, align="lrrrr")

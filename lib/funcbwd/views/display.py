@@ -15,24 +15,14 @@ import inspect
 import textwrap
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from funcbwd import tables
 from funcbwd.measure.review import fallback_names, strategy_score
 from funcbwd.run import matrix
+from funcbwd.run.matrix import STATUS_LABEL, STATUS_ORDER, STATUS_SHORT, cell_kind, cell_text
 from funcbwd.run.outcomes import REASONS
 from funcbwd.run.runner import CellResult
 from funcbwd.views import figstyle
 
-STATUS_ORDER = ("pass", "pass_fallback", "pass_unused", "mismatch", "fail", "not_applicable")
-STATUS_LABEL = {
-    "pass": "pass",
-    "pass_fallback": "pass (slow fallback)",
-    "pass_unused": "pass, mechanism not run",
-    "mismatch": "WRONG result",
-    "fail": "FAIL",
-    "not_applicable": "n/a",
-}
-#: the short text drawn inside a heatmap cell (the same words as the text table)
-STATUS_SHORT = {"pass": "ok", "pass_fallback": "ok+fb", "pass_unused": "ok*", "mismatch": "WRONG",
-                "fail": "FAIL", "not_applicable": "n/a"}
 # Colour-blind-safe-ish traffic light; n/a is grey.
 STATUS_COLOR = {
     "pass": "#1a9850",
@@ -83,29 +73,9 @@ class Rich:
 
 
 # ------------------------------------------------------------------------------ cell summaries
-def cell_kind(cell: Mapping[str, Any]) -> str:
-    """A summarized matrix cell's display status: pass_fallback when vmap needed its slow path,
-    pass_unused when it passed without the strategy's mechanism running in every sample."""
-    if cell["status"] == "pass" and cell["fallback_ops"]:
-        return "pass_fallback"
-    if cell["status"] == "pass" and not cell.get("mechanism_ran", True):
-        return "pass_unused"
-    return cell["status"]
-
-
-def cell_text(cell: Mapping[str, Any]) -> str:
-    kind = cell_kind(cell)
-    text = STATUS_LABEL[kind]
-    if cell["status"] in ("fail", "mismatch"):
-        text += f" {cell['passed']}/{cell['total']}"
-        if cell["reason"]:
-            text += f" ({cell['reason']})"
-    return text
-
-
 def cell_hover(cell: Mapping[str, Any]) -> str:
     """Hover text: status, classified reason, fallback ops, failing samples, first message line."""
-    lines = [f"<b>{html.escape(cell_text(cell))}</b>",
+    lines = [f"<b>{html.escape(cell_text(cell, long=True))}</b>",
              f"samples passed: {cell['passed']}/{cell['total']}"]
     if cell["reason"]:
         lines.append("reason: " + html.escape(REASONS.get(cell["reason"], cell["reason"])))
@@ -150,7 +120,7 @@ def matrix_table(results: Sequence[CellResult], caption: str = "") -> Rich:
                 kind = cell_kind(c)
                 title = html.escape(cell_hover(c).replace("<br>", "\n").replace("<b>", "").replace("</b>", ""))
                 cells.append(f'<td style="background:{STATUS_COLOR[kind]}" title="{title}">'
-                             f"{html.escape(cell_text(c))}</td>")
+                             f"{html.escape(cell_text(c, long=True))}</td>")
             rows.append("<tr>" + "".join(cells) + "</tr>")
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     table = (f'<table class="funcbwd-matrix">{cap}<thead><tr>{head}</tr></thead>'
@@ -160,18 +130,16 @@ def matrix_table(results: Sequence[CellResult], caption: str = "") -> Rich:
 
 def records_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
                   caption: str = "", fmt: Callable[[Any], str] | None = None) -> Rich:
-    """A generic HTML/text table of dict rows (decision tables, per-op summaries)."""
+    """A generic HTML/text table of dict rows (decision tables, per-op summaries); the text fits
+    100 columns (:func:`funcbwd.tables.table`)."""
     columns = list(columns or (records[0].keys() if records else []))
     fmt = fmt or _fmt
     text_rows = [columns] + [[fmt(r.get(c, "")) for c in columns] for r in records]
-    widths = [max(len(row[i]) for row in text_rows) for i in range(len(columns))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in text_rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>"
                    for row in text_rows[1:])
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
-    return Rich("\n".join(lines), f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    return Rich(tables.table(columns, text_rows[1:]), f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
 
 def _fmt(v: Any) -> str:

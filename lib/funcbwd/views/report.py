@@ -30,6 +30,8 @@ from funcbwd.errors import parse_names
 from funcbwd.run.scenarios import SCENARIO_NAMES
 from funcbwd.strategies import available
 from funcbwd.errors import first_line
+from funcbwd.progress import Progress
+from funcbwd.tables import fit
 from funcbwd.views import figstyle
 
 #: saved results read from the data directory (written by the bench and coverage commands)
@@ -214,12 +216,12 @@ def coverage_section(ctx: Context) -> str:
              _pre(coverage_summary.format_summary(summary)),
              ctx.figure(coverage_summary.summary_figure(records))]
     if costs:
-        parts += [_pre(coverage_cost.format_cost(coverage_cost.summarize_cost(costs))),
+        parts += [_pre(fit(coverage_cost.format_cost(coverage_cost.summarize_cost(costs)))),
                   ctx.figure(coverage_cost.cost_figure(costs))]
     rows = coverage_summary.differing(records)
     parts.append(f"<details><summary>the {len(coverage_summary.by_key(rows))} op x sample rows "
                  f"where some strategy does not simply pass (of {len(coverage_summary.by_key(records))})"
-                 "</summary>" + coverage_summary.table_html(rows) + "</details>")
+                 "</summary>\n" + coverage_summary.table_html(rows) + "\n</details>")
     return "\n".join(parts)
 
 
@@ -301,10 +303,14 @@ SECTIONS: tuple[tuple[str, str, Callable[[Context], str]], ...] = (
 )
 
 
-def build_sections(ctx: Context, progress: Callable[[str], None] | None = None) -> list[Section]:
-    """Every section, each degraded on its own: Missing -> note, any other error -> error box."""
+def build_sections(ctx: Context, progress: Progress | None = None) -> list[Section]:
+    """Every section, each degraded on its own: Missing -> note, any other error -> error box;
+    ``progress`` counts the sections."""
     out = []
+    progress = progress or Progress.off()
+    progress.start(len(SECTIONS), "report sections")
     for sid, title, build in SECTIONS:
+        progress.doing(sid)
         start = time.perf_counter()
         sec = Section(sid, title)
         try:
@@ -316,8 +322,8 @@ def build_sections(ctx: Context, progress: Callable[[str], None] | None = None) 
             sec.body = _note(f"This section failed to build: {type(e).__name__}: "
                              f"{first_line(str(e))}", "error")
         sec.seconds = time.perf_counter() - start
-        if progress:
-            progress(f"{sid}: {sec.status} ({sec.seconds:.1f} s)")
+        progress(f"{sid}: {sec.status} ({sec.seconds:.1f} s)")
+        progress.advance(failed=sec.status == "error")
         out.append(sec)
     return out
 
@@ -355,20 +361,23 @@ def render(ctx: Context, sections: Sequence[Section], seconds: float) -> str:
 def build_report(ops: str | Sequence[str] | None = None, *, quick: bool = False,
                  scenarios: str | Sequence[str] | None = None,
                  strategies: str | Sequence[str] | None = None, data_dir: str | Path,
-                 progress: Callable[[str], None] | None = None) -> tuple[str, list[Section]]:
+                 progress: Progress | None = None) -> tuple[str, list[Section]]:
     """The report's HTML and its sections (default ops: the 8 test ops of functorch#241).
 
     ``data_dir``: the directory holding the saved bench and coverage results (a section whose
-    file is absent there shows a note)."""
+    file is absent there shows a note). ``progress`` (:class:`funcbwd.progress.Progress`)
+    counts the matrix's cells, then the sections."""
     start = time.perf_counter()
     ctx = Context(ops=parse_names("op", ops if ops is not None else list(registry.TEST_OPS),
-                                  registry.op_names()),
+                                  registry.op_groups()),
                   scenarios=parse_names("scenario", scenarios, SCENARIO_NAMES),
                   strategies=parse_names("strategy", strategies, available()),
                   samples="first" if quick else "all", figure=FigureEmbedder(),
                   data_dir=Path(data_dir))
-    ctx.results = matrix.run_matrix(ctx.ops, ctx.scenarios, ctx.strategies, samples=ctx.samples)
-    if progress:
-        progress(f"matrix: {len(ctx.results)} cells ({time.perf_counter() - start:.1f} s)")
+    progress = progress or Progress.off()
+    progress.what = "report matrix"
+    ctx.results = matrix.run_matrix(ctx.ops, ctx.scenarios, ctx.strategies, samples=ctx.samples,
+                                    progress=progress)
+    progress(f"matrix: {len(ctx.results)} cells ({time.perf_counter() - start:.1f} s)")
     sections = build_sections(ctx, progress)
     return render(ctx, sections, time.perf_counter() - start), sections

@@ -130,7 +130,7 @@ class Explorer:
             bar.y = [c["passed"] / c["total"] if c["total"] else 0 for c in summaries]
             bar.marker.color = [display.STATUS_COLOR[display.cell_kind(c)] for c in summaries]
             bar.marker.line = dict(width=[3 if s == st else 0 for s in self.strategies], color="black")
-            bar.customdata = [display.cell_text(c) for c in summaries]
+            bar.customdata = [display.cell_text(c, long=True) for c in summaries]
             bar.text = [display.STATUS_SHORT[display.cell_kind(c)] + f" {c['passed']}/{c['total']}"
                         for c in summaries]
             bar.textfont = dict(color=[display.STATUS_COLOR["fail"] if c["status"] in ("fail", "mismatch")
@@ -154,7 +154,7 @@ class Explorer:
             kind = display.cell_kind(c)
             share = c["passed"] / c["total"] if c["total"] else 0.0
             mark = "font-weight:700;" if s == st else ""
-            text = display.cell_text(c) + ("" if c["status"] in ("fail", "mismatch")
+            text = display.cell_text(c, long=True) + ("" if c["status"] in ("fail", "mismatch")
                                            else f" ({c['passed']}/{c['total']} samples)")
             rows.append(
                 f'<tr><td style="{mark}padding:1px 8px 1px 0;white-space:nowrap;text-align:left">'

@@ -1,0 +1,43 @@
+"""The options every command has, and what they mean: ``--width N`` (text output fits N
+columns; default the terminal's width when stdout is a terminal, else 100) and ``--quiet`` (no
+progress on stderr). Importing this module imports no torch."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from funcbwd.tables import WIDTH, terminal_width
+
+#: the narrowest ``--width`` accepted (a table column needs its longest word)
+MIN_WIDTH = 40
+
+
+def _width(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of columns, got {text!r}") from None
+    if n < MIN_WIDTH:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_WIDTH} columns, got {n}")
+    return n
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    """Add ``--width`` and ``--quiet`` to a command's parser."""
+    p.add_argument("--width", type=_width, default=None, metavar="N",
+                   help=f"fit text output to N columns (default: the terminal's width when stdout "
+                        f"is a terminal, else {WIDTH}); JSON and CSV are not affected")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def width_of(args: argparse.Namespace) -> int:
+    """The width text output fits: ``--width``, else the terminal's (stdout's) or 100."""
+    return getattr(args, "width", None) or terminal_width(sys.stdout)
+
+
+def progress_of(args: argparse.Namespace, what: str, total: int | None = None):
+    """The command's :class:`funcbwd.progress.Progress` on stderr (silent with ``--quiet``)."""
+    from funcbwd.progress import Progress
+
+    return Progress(what, total, enabled=not getattr(args, "quiet", False))
