@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 
 HELP = "torch bugs found here, as self-checking upstream bug reports"
 
@@ -12,7 +13,9 @@ HELP = "torch bugs found here, as self-checking upstream bug reports"
 def epilog() -> str:
     from funcbwd.measure.findings import FINDINGS
 
-    return "findings:\n" + "\n".join(f"  {f.key:26s} {f.title}" for f in FINDINGS)
+    return "findings:\n" + "\n".join(
+        textwrap.fill(f.title, 100, initial_indent=f"  {f.key:26s} ", subsequent_indent=" " * 29)
+        for f in FINDINGS)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -32,7 +35,11 @@ def main(args: argparse.Namespace) -> int:
     if not keys:
         raise BadInputError("--only names no finding; valid findings: "
                             + ", ".join(findings.finding_keys()))
-    reports = [findings.get_finding(k).check(with_cases=not args.no_cases) for k in keys]
+    reports = []
+    for i, key in enumerate(keys):
+        finding = findings.get_finding(key)
+        print(f"[{i + 1}/{len(keys)}] checking {key}", file=sys.stderr, flush=True)
+        reports.append(finding.check(with_cases=not args.no_cases))
     if args.format == "json":
         text = json.dumps([r.to_dict() for r in reports], indent=1)
     else:
