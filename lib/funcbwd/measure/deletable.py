@@ -16,24 +16,14 @@ written: for some sites the fast path as written cannot be differentiated twice 
 ``|| GradMode::is_enabled()`` gates, e.g. binary_cross_entropy_with_logits_backward), so it is no
 reference for the double-backward scenarios; the out-of-place path is what core runs there.
 
-A site is **deletable** under a strategy iff :data:`CRITERION` holds; :func:`judge_cell` applies
-it to one cell and :func:`fallback_split` is its fallback part, the one place that decides which
-slow fallbacks disqualify. In every applicable cell:
-
-* it passes (a cell failing with reason data_dependent makes the verdict "data-dependent");
-* the strategy's mechanism ran (``CellResult.mechanism_ran``), or the cell did not need it: the
-  fast path as written (``plain``) passes that cell too (e.g. ``vjp_of_vjp`` runs the formula
-  outside any vmap level);
-* vmap took no slow per-sample fallback that the out-of-place path does not take as well in the
-  same cell. A fallback both take does not disqualify (deleting the branch loses nothing: today's
-  hand-written path pays it too) but is recorded (``shared_fallbacks``) and counted apart;
-
-and its batched cost is at most :data:`COST_LIMIT` times the out-of-place path's (when timed). A
-cell the out-of-place path fails too cannot judge the site (deleting the branch loses nothing
-there, and nothing shows it would gain): it is listed as *unjudged* (the table's "yes*"), and a
-site none of whose cells can be judged is "undetermined". Each problem is classified
-(:data:`BLOCKERS`: the reasons of :data:`funcbwd.run.outcomes.REASONS` plus this table's own), so
-views can show a short reason, the op that fell back and the cost instead of raw error text.
+A site is **deletable** under a strategy iff :data:`CRITERION` holds (stated there once);
+:func:`judge_cell` applies it to one cell, :func:`fallback_split` is its fallback part (the one
+place that decides which slow fallbacks disqualify), :func:`verdict` and :func:`blocker` give the
+site's verdict and its classified reason (:data:`BLOCKERS`). "Mechanism ran or not needed": the
+cell's ``mechanism_ran``, or the fast path as written (``plain``) passes that cell too (e.g.
+``vjp_of_vjp`` runs the formula outside any vmap level). A cell the out-of-place path fails too
+cannot judge the site: it is *unjudged* (the table's "yes*"), and a site none of whose cells can
+be judged is "undetermined". :func:`rejudge` recomputes a saved table from its cells.
 
 Cost: the batched time of the first sample, strategy over ``handfixed``
 (:mod:`funcbwd.measure.deletable_cost`). Summaries for the views: :func:`counts`,
@@ -260,10 +250,49 @@ def site_row(site: Site, strategies: Sequence[str] = CANDIDATES, *, samples: str
             "verdict": verdict(j.problems, j.unjudged, j.judged, ratio),
             "blocker": blocker(j.problems, j.judged, ratio), "problems": j.problems,
             "shared_fallbacks": j.shared, "unjudged": j.unjudged, "judged_cells": j.judged,
-            "cost_ratio": ratio, "cost": c,
-            "cells": [_record(x) for x in cells.by_strategy.get(st, {}).values()]}
+            "cost_ratio": ratio, "cost": c, "cells": _saved_cells(cells, st)}
     row["baseline_cells"] = [_record(x) for x in cells.by_strategy.get(BASELINE, {}).values()]
     return row
+
+
+def _saved_cells(cells: Cells, strategy: str) -> list[dict[str, Any]]:
+    """The strategy's cell records, each with the fast path's status as written (``plain_status``)
+    where :func:`judge_cell` asked for it, so :func:`rejudge` needs nothing else."""
+    plain = cells.by_strategy.get("plain", {})
+    out = []
+    for key, x in cells.by_strategy.get(strategy, {}).items():
+        rec = _record(x)
+        if key in plain:
+            rec["plain_status"] = plain[key].status
+        out.append(rec)
+    return out
+
+
+def rejudge(result: dict[str, Any]) -> dict[str, Any]:
+    """Recompute, in place, every verdict, blocker, problem and shared-fallback list and the
+    headlines of a saved table from its saved cells by today's :data:`CRITERION` (the saved cost
+    ratios stand): a change of the criterion needs no re-run. Returns ``result``."""
+    for r in result["rows"]:
+        base = {(c["sample"], c["scenario"]): c for c in r["baseline_cells"]}
+        for st, v in r["strategies"].items():
+            j = Judgement()
+            for c in v["cells"]:
+                if c["status"] != "not_applicable":
+                    judge_cell(c, base[(c["sample"], c["scenario"])], lambda c=c: _plain_status(c, r), st, j)
+            v.update(verdict=verdict(j.problems, j.unjudged, j.judged, v["cost_ratio"]),
+                     blocker=blocker(j.problems, j.judged, v["cost_ratio"]), problems=j.problems,
+                     shared_fallbacks=j.shared, unjudged=j.unjudged, judged_cells=j.judged)
+    result["schema"] = SCHEMA
+    result["headlines"] = {st: headline(result, st) for st in result["strategies"]}
+    return result
+
+
+def _plain_status(c: dict[str, Any], row: dict[str, Any]) -> str:
+    if "plain_status" not in c:
+        raise BadInputError(f"{row['site']}: a saved cell ({c['scenario']} [{c['sample']}]) passed without "
+                            "the mechanism but lacks the fast path's own status (plain_status); recompute "
+                            "the table: python -m funcbwd deletable --out data/live-deletable.json")
+    return c["plain_status"]
 
 
 def _nan(x: Any) -> bool:
