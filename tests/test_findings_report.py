@@ -71,6 +71,47 @@ def test_this_torch_registers_the_cited_rule_in_the_cited_file(reports, key):
         f"{key}: the rule moved to {report.registered_at}; update Rule.file and re-check the function")
 
 
+# ------------------------------------------------------------------------------ the sweep that found them
+def _sweep_mismatches(op: str, scenario: str) -> tuple[set[str], int]:
+    import gzip
+    from pathlib import Path
+
+    saved = json.load(gzip.open(Path(__file__).resolve().parents[1] / "data" / "coverage-all.json.gz"))
+    rows = [r for r in saved["records"] if r["op"] == op and r["strategy"] == "builtin" and r["scenario"] == scenario]
+    return {r["sample"] for r in rows if r["status"] == "mismatch"}, saved["meta"]["batch"]
+
+
+def _opinfo_samples(name: str) -> list:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    op = next(o for o in op_db if o.name == name and not o.variant_test_name)
+    return list(op.sample_inputs("cpu", torch.float32, requires_grad=True))
+
+
+def test_the_claims_predict_the_opinfo_sweeps_mismatches_exactly():
+    """roll and cdist were found by the OpInfo sweep (data/coverage-all.json.gz, cotangents-only
+    batching): each finding's claim, applied to every OpInfo sample, names exactly the samples the
+    sweep saw mismatch (a claim that over- or under-reaches fails here)."""
+    mismatched, batch = _sweep_mismatches("cdist", "vmap_cotangents")
+    predicted = set()
+    for i, s in enumerate(_opinfo_samples("cdist")):
+        x1, (x2, p, mode) = s.input, s.args
+        params = {"kind": "vjp", "p": p, "batch": batch, "mode": mode, "rows": (x1.shape[-2], x2.shape[-2])}
+        if x1.numel() and x2.numel() and F.CDIST.claim(params):
+            predicted.add(str(i))
+    assert len(mismatched) == 130 and predicted == mismatched, (sorted(predicted ^ mismatched), len(mismatched))
+
+    mismatched, batch = _sweep_mismatches("roll", "vmap_cotangents")
+    predicted = set()
+    for i, s in enumerate(_opinfo_samples("roll")):
+        shifts, dims = (s.args + ((),))[:2]
+        first = shifts[0] if isinstance(shifts, (tuple, list)) else shifts
+        params = {"kind": "vjp", "rank": s.input.dim(), "batch": batch, "dims": bool(dims), "shift": -first}
+        if F.ROLL.claim(params):
+            predicted.add(str(i))
+    assert predicted == mismatched == {"16"}, (predicted, mismatched)
+
+
 # ------------------------------------------------------------------------------ the report is standalone
 def _code_block(markdown: str) -> str:
     blocks = re.findall(r"```python\n(.*?)\n```", markdown, flags=re.S)
@@ -90,7 +131,7 @@ def test_markdown_is_an_upstream_bug_report(reports, key):
     assert f"torch: {torch.__version__}" in md
     assert all(c.case.label.replace("|", "\\|") in md for c in report.cases)
     text = report.text()
-    assert report.finding.title in text and "REPRODUCES" in text
+    assert report.finding.title in " ".join(text.split()) and "REPRODUCES" in text  # wrapped at 100
     assert all(line.strip() in text for line in report.finding.repro.splitlines() if line.strip())
 
 
@@ -134,6 +175,30 @@ def test_a_wrong_emulation_or_claim_is_caught():
     assert row.claimed_bug != row.outcome.bug
 
 
+def test_each_part_of_a_suggested_fix_is_needed():
+    """Mutation of the fixes: roll's rule with the batch dim on the wrong side of a 0-d sample, and
+    cdist's fix without giving ``cdist`` its batch dim, must no longer match the loop."""
+    from funcbwd.measure import findings_cdist, findings_roll
+
+    # roll: the rule as written (unsqueeze(0)) used as the "fix" cannot match the loop
+    roll = dataclasses.replace(F.ROLL, emulate=lambda ns, fixed: findings_roll.emulate_roll(ns, False))
+    assert not F.CaseResult.of(roll, roll.main_case()).fix_works
+    # cdist: x1 batched but cdist not: right for p=1 (the kernel does not read cdist there), wrong for p=2
+    half = dataclasses.replace(F.CDIST, emulate=lambda ns, fixed: findings_cdist.emulate_cdist(
+        ns, fixed, fix_cdist=False))
+    by_p = {c.params["p"]: c for c in F.CDIST.cases() if c.params["kind"] == "vjp" and c.emulable
+            and c.params["batch"] == 3}
+    assert F.CaseResult.of(half, by_p[1.0]).fix_works
+    assert not F.CaseResult.of(half, half.main_case()).fix_works  # p=2
+    assert not F.CaseResult.of(half, by_p[3.0]).fix_works
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_the_text_report_fits_100_columns(reports, key):
+    long = [line for line in reports[key].text().splitlines() if len(line) > 100]
+    assert not long, long
+
+
 def test_unknown_finding_names_the_valid_ones():
     with pytest.raises(funcbwd.BadInputError, match="valid findings: masked_select_broadcast"):
         F.get_finding("nope")
@@ -155,5 +220,5 @@ def test_cli_json_and_markdown(capsys, tmp_path):
     assert cli_findings.main(_args("--only", "index_fill_batched_value", "--out", str(out), "--no-cases")) == 0
     md = out.read_text()
     assert md.count("## 🐛 Describe the bug") == 1 and F.INDEX_FILL.repro.rstrip() in md
-    with pytest.raises(funcbwd.BadInputError, match="unknown finding 'nope'"):
+    with pytest.raises(funcbwd.FuncbwdError, match="unknown finding 'nope'"):
         cli_findings.main(_args("--only", "nope"))

@@ -1,7 +1,9 @@
 """``python -m funcbwd deletable``: which of today's hand-written branches in PyTorch's
 backward/JVP formulas would generic functionalization make unnecessary (the live sites,
-:mod:`funcbwd.measure.deletable`)? Prints the table and the headline per strategy; ``--out``
-also writes the JSON (e.g. ``data/live-deletable.json``)."""
+:mod:`funcbwd.measure.deletable`, by its ``CRITERION``)? Prints the criterion, the table and per
+strategy the headline and the sites it does not clear (:func:`funcbwd.views.live.text`, 100
+columns); ``--out`` also writes the JSON (e.g. ``data/live-deletable.json``). Progress per site on
+stderr."""
 
 from __future__ import annotations
 
@@ -47,10 +49,10 @@ def _strict(x):
 def main(args: argparse.Namespace) -> int:
     from funcbwd.errors import BadInputError
     from funcbwd.measure import deletable
+    from funcbwd.views import live
 
     if args.rounds < 1:
         raise BadInputError(f"--rounds must be a positive int, got {args.rounds}")
-    from funcbwd.tables import fit
 
     with options.progress_of(args, "deletable") as progress:
         result = deletable.run_table(_names(args.strategies) or list(deletable.CANDIDATES),
@@ -62,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
         with open(args.out, "w") as f:
             f.write(text + "\n")
     sys.stdout.write((text if args.format == "json"
-                      else fit(deletable.format_table(result), options.width_of(args))) + "\n")
+                      else live.text(result)) + "\n")
     return 0
 
 

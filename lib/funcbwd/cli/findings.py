@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 
 from funcbwd.cli import options
 
@@ -14,7 +15,9 @@ HELP = "torch bugs found here, as self-checking upstream bug reports"
 def epilog() -> str:
     from funcbwd.measure.findings import FINDINGS
 
-    return "findings:\n" + "\n".join(f"  {f.key:26s} {f.title}" for f in FINDINGS)
+    return "findings:\n" + "\n".join(
+        textwrap.fill(f.title, 100, initial_indent=f"  {f.key:26s} ", subsequent_indent=" " * 29)
+        for f in FINDINGS)
 
 
 def configure(p: argparse.ArgumentParser) -> None:

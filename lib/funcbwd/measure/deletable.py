@@ -16,56 +16,66 @@ written: for some sites the fast path as written cannot be differentiated twice 
 ``|| GradMode::is_enabled()`` gates, e.g. binary_cross_entropy_with_logits_backward), so it is no
 reference for the double-backward scenarios; the out-of-place path is what core runs there.
 
-A site is **deletable** under a strategy iff, in every applicable cell:
+A site is **deletable** under a strategy iff :data:`CRITERION` holds (stated there once);
+:func:`judge_cell` applies it to one cell, :func:`fallback_split` is its fallback part (the one
+place that decides which slow fallbacks disqualify), :func:`verdict` and :func:`blocker` give the
+site's verdict and its classified reason (:data:`BLOCKERS`). "Mechanism ran or not needed": the
+cell's ``mechanism_ran``, or the fast path as written (``plain``) passes that cell too (e.g.
+``vjp_of_vjp`` runs the formula outside any vmap level). A cell the out-of-place path fails too
+cannot judge the site: it is *unjudged* (the table's "yes*"), and a site none of whose cells can
+be judged is "undetermined". :func:`rejudge` recomputes a saved table from its cells.
 
-* it passes (a cell failing with reason data_dependent makes the verdict "data-dependent");
-* the strategy's mechanism ran (``CellResult.mechanism_ran``), or the cell did not need it: the
-  fast path as written (``plain``) passes that cell too (e.g. ``vjp_of_vjp`` runs the formula
-  outside any vmap level);
-* vmap took no slow per-sample fallback that the out-of-place path does not take as well
-  (``fallback_ops`` beyond ``handfixed``'s in the same cell);
-
-and its batched cost is at most :data:`COST_LIMIT` times the out-of-place path's (when timed). A
-cell the out-of-place path fails too cannot judge the site (deleting the branch loses nothing
-there, and nothing shows it would gain): it is listed as *unjudged* (the table's "yes*"), and a
-site none of whose cells can be judged is "undetermined".
-
-Cost: median time of the batched first sample, strategy over ``handfixed``, interleaved rounds in
-one process with one torch thread (:mod:`funcbwd.measure.timing`). For a backward op it is
-``vmap(vjp_fn)(cotangents)``; for a jvp op ``vmap`` over tangents of the op's forward-mode rule
-run through the strategy with primals and saved outputs fixed (the tangent part only, the analogue
-of ``vjp_fn``; the forward itself is the same for every strategy and would dilute the ratio).
-Timings inform the verdict through the 1.2x limit; they are never test assertions.
+Cost: the batched time of the first sample, strategy over ``handfixed``
+(:mod:`funcbwd.measure.deletable_cost`). Summaries for the views: :func:`counts`,
+:func:`headline`, :func:`not_cleared`, :func:`blocker_tally`, :func:`shared_fallback_sites`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
+import re
 import statistics
 import time
-import warnings
 from typing import Any, Callable, Sequence
 
 import torch
-from torch.func import vmap
 
+from funcbwd.errors import BadInputError
+from funcbwd.measure.deletable_cost import measure_cost
 from funcbwd.ops.live import backward as live_backward
 from funcbwd.ops.live import jvp as live_jvp
 from funcbwd.ops.live.common import COMMIT, Site
 from funcbwd.ops.registry import OpSpec, Sample, get_op
-from funcbwd.run import runner
+from funcbwd.run import outcomes, runner
 from funcbwd.run.scenarios import names_for
-from funcbwd.run.scenario import bind, output_shapes
 from funcbwd.strategies import Strategy, get_strategy
-from funcbwd.measure import timing
 
-SCHEMA = "funcbwd-deletable/1"
+SCHEMA = "funcbwd-deletable/2"  # 2: classified problems (blockers) and shared fallbacks per strategy
 CANDIDATES = ("traced", "per_formula")
 BASELINE = "handfixed"
 COST_LIMIT = 1.2
 IN_PLACE_SITES = 36  # docs/live-sites.md: 24 backward + 12 jvp
+
+#: What "deletable" means, stated once: docs/live-sites.md quotes it, the README block, the report
+#: and the CLI print it; :func:`judge_cell` and :func:`verdict` compute it.
+CRITERION = (
+    "A hand-written branch is deletable under a strategy when the fast path alone, run by that "
+    "strategy, passes every applicable scenario and sample (each compared with the per-sample loop "
+    "of the out-of-place path), with the strategy's mechanism having run wherever the fast path as "
+    "written fails, with no slow per-sample fallback of vmap that today's hand-written path does "
+    f"not take as well, and at a batched cost of at most {COST_LIMIT}x the hand-written path's. A "
+    "slow fallback the hand-written path takes too does not disqualify (deleting the branch loses "
+    "nothing) but is counted apart.")
+
+#: The classified reason a site is not deletable: every failure reason of
+#: :data:`funcbwd.run.outcomes.REASONS`, plus this table's own.
+BLOCKERS = {**{k: v for k, v in outcomes.REASONS.items() if k},
+            "mismatch": "a result differs from the per-sample loop",
+            "mechanism_not_run": "passes only where the strategy's mechanism did not run and the fast path fails",
+            "slow_fallback": "vmap's slow per-sample fallback, which the hand-written path does not take",
+            "cost": f"batched cost above {COST_LIMIT}x the hand-written path",
+            "undetermined": "the hand-written path fails every applicable cell"}
 
 
 def live_sites() -> list[Site]:
@@ -108,49 +118,94 @@ def _record(c: Any) -> dict[str, Any]:
             "mechanism": c.mechanism, "mechanism_ran": c.mechanism_ran}
 
 
+def fallback_split(fallback_ops: Sequence[str], baseline_fallback_ops: Sequence[str]
+                   ) -> tuple[list[str], list[str]]:
+    """The fallback part of :data:`CRITERION` for one passing cell: (disqualifying, shared) ops.
+    An op vmap ran through its slow per-sample fallback disqualifies unless the hand-written
+    path's cell took it too; those shared ops are returned apart."""
+    mine, base = set(fallback_ops), set(baseline_fallback_ops)
+    return sorted(mine - base), sorted(mine & base)
+
+
+@dataclasses.dataclass
+class Judgement:
+    """One strategy on one site: ``problems`` (classified: reason, where, ops, text), ``unjudged``
+    (cells the baseline fails too), ``judged`` (applicable cells the baseline passes) and
+    ``shared`` (passing cells whose slow fallback the baseline takes too: where, ops)."""
+
+    problems: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    unjudged: list[str] = dataclasses.field(default_factory=list)
+    judged: int = 0
+    shared: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+#: the op vmap names when it has neither a batching rule nor a usable fallback for it
+_NO_RULE_RE = re.compile(r"[Bb]atching rule (?:not implemented )?for (\w+::\w+(?:\.\w+)?)")
+
+
+def _problem(reason: str, where: str, text: str, ops: Sequence[str] = ()) -> dict[str, Any]:
+    return {"reason": reason, "where": where, "ops": list(ops), "text": text}
+
+
+def judge_cell(c: dict[str, Any], base: dict[str, Any], plain_status: Callable[[], str], name: str,
+               into: Judgement) -> None:
+    """Apply :data:`CRITERION` to one applicable cell (records as :func:`_record` writes them):
+    add its problem, unjudged note or shared fallback to ``into``. ``plain_status()`` (the fast
+    path as written, asked only for a pass whose mechanism did not run) says whether the
+    mechanism was needed there."""
+    where = f"{c['scenario']} [{c['sample']}]"
+    into.judged += base["status"] == "pass"
+    if c["status"] == "fail" and c["reason"] == "data_dependent":
+        into.problems.append(_problem("data_dependent", where, f"data-dependent ({where}: {c['message']})"))
+    elif base["status"] != "pass":
+        into.unjudged.append(f"the out-of-place path fails {where} too ({base['reason'] or base['status']}: "
+                             f"{base['message']})")
+    elif c["status"] == "mismatch":
+        into.problems.append(_problem("mismatch", where, f"mismatch in {where} ({c['message']})"))
+    elif c["status"] == "fail":
+        reason = c["reason"] if c["reason"] in BLOCKERS else "other"
+        into.problems.append(_problem(reason, where, f"fails {where} ({c['reason']}: {c['message']})",
+                                      _NO_RULE_RE.findall(c["message"])[:1]))
+    elif c["status"] == "pass":
+        if c["mechanism_ran"] is False and plain_status() != "pass":
+            into.problems.append(_problem(
+                "mechanism_not_run", where, f"{name}'s mechanism did not run in {where} "
+                f"({c.get('mechanism') or 'nothing recorded'})"))
+        disqualifying, shared = fallback_split(c["fallback_ops"], base["fallback_ops"])
+        if disqualifying:
+            into.problems.append(_problem("slow_fallback", where,
+                                          f"slow fallback in {where} ({', '.join(disqualifying)})", disqualifying))
+        if shared:
+            into.shared.append({"where": where, "ops": shared})
+
+
 def judge(cells: Cells, spec: OpSpec, strategy: str | Strategy, samples: Sequence[Sample],
-          scenarios: Sequence[str]) -> tuple[list[str], list[str], int]:
-    """(problems, unjudged, judged) of ``strategy`` on this site, in scenario order: each problem
-    is a "not deletable" reason; each unjudged entry a cell the baseline fails too; ``judged``
-    counts the applicable cells the baseline passes."""
-    problems: list[str] = []
-    unjudged: list[str] = []
-    judged = 0
+          scenarios: Sequence[str]) -> Judgement:
+    """``strategy`` on this site, in scenario order, every applicable cell through
+    :func:`judge_cell`."""
+    name = get_strategy(strategy).name if isinstance(strategy, str) else strategy.name
+    out = Judgement()
     for sc in scenarios:
         for smp in samples:
             c = cells.run(strategy, smp, sc)
             if c.status == "not_applicable":
                 continue
             base = cells.run(BASELINE, smp, sc)
-            where = f"{sc} [{smp.name}]"
-            judged += base.status == "pass"
-            if c.status == "fail" and c.reason == "data_dependent":
-                problems.append(f"data-dependent ({where}: {c.message})")
-            elif base.status != "pass":
-                unjudged.append(f"the out-of-place path fails {where} too ({base.reason or base.status}: "
-                                f"{base.message})")
-            elif c.status == "mismatch":
-                problems.append(f"mismatch in {where} ({c.message})")
-            elif c.status == "fail":
-                problems.append(f"fails {where} ({c.reason}: {c.message})")
-            elif c.status == "pass":
-                extra = sorted(set(c.fallback_ops) - set(base.fallback_ops))
-                ran = c.mechanism_ran
-                if ran is False and cells.run("plain", smp, sc).status != "pass":
-                    problems.append(f"{get_strategy(strategy).name}'s mechanism did not run in {where} "
-                                    f"({getattr(c, 'mechanism', '') or 'nothing recorded'})")
-                if extra:
-                    problems.append(f"slow fallback in {where} ({', '.join(extra)})")
-    return problems, unjudged, judged
+            judge_cell(_record(c), _record(base), lambda: cells.run("plain", smp, sc).status, name, out)
+    return out
 
 
-def verdict(problems: Sequence[str], unjudged: Sequence[str], judged: int,
+def deciding_problem(problems: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The problem a verdict names: the first data-dependent one, else the first."""
+    return next((p for p in problems if p["reason"] == "data_dependent"), problems[0] if problems else None)
+
+
+def verdict(problems: Sequence[dict[str, Any]], unjudged: Sequence[str], judged: int,
             cost_ratio: float | None) -> str:
-    """"deletable", "not deletable: <first reason>" or "undetermined: <why>"."""
-    if any(p.startswith("data-dependent") for p in problems):
-        return "not deletable: " + next(p for p in problems if p.startswith("data-dependent"))
-    if problems:
-        return "not deletable: " + problems[0]
+    """"deletable", "not deletable: <the deciding problem>" or "undetermined: <why>"."""
+    first = deciding_problem(problems)
+    if first:
+        return "not deletable: " + first["text"]
     if not judged:
         return "undetermined: " + (unjudged[0] if unjudged else "no applicable cell")
     if cost_ratio is not None and cost_ratio > COST_LIMIT:
@@ -158,75 +213,18 @@ def verdict(problems: Sequence[str], unjudged: Sequence[str], judged: int,
     return "deletable"
 
 
-# ------------------------------------------------------------------------------ cost
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def batched_callable(spec: OpSpec, smp: Sample, strategy: str, batch: int, seed: int = 0
-                     ) -> Callable[[], Any]:
-    """The timed call: ``vmap(vjp_fn)(cotangents)`` for a backward op, ``vmap`` over tangents of
-    the forward-mode rule run through the strategy (primals and saved outputs fixed) for a jvp op."""
-    st = get_strategy(strategy)
-    if spec.kind == "jvp":
-        with torch.no_grad():
-            outs = spec.outputs_tuple(spec.torch_op(*smp.args))
-        tangents = tuple(torch.randn((batch, *smp.args[p].shape), generator=_gen(seed + j),
-                                     dtype=smp.args[p].dtype) for j, p in enumerate(smp.diff))
-        fn = vmap(lambda *t: st.run_formula(spec, spec.formula_args(smp.args, outs, t)))
-
-        def tangent_part() -> Any:
-            with st.active():
-                return fn(*tangents)
-
-        return tangent_part
-    dtype = smp.args[smp.diff[0]].dtype
-    cts = tuple(torch.randn((batch, *sh), generator=_gen(seed + i), dtype=dtype)
-                for i, sh in enumerate(output_shapes(spec, smp)))
-    with st.active():
-        _, vjp_fn = st.vjp(bind(spec, st, smp.args, smp.diff), *[smp.args[p] for p in smp.diff])
-    fn = vmap(lambda *c: vjp_fn(c))
-
-    def backward_part() -> Any:
-        with st.active():
-            return fn(*cts)
-
-    return backward_part
-
-
-def measure_cost(spec: OpSpec, strategies: Sequence[str], *, batch: int = 8, rounds: int = 5,
-                 target_s: float = 0.01, max_number: int = 200) -> dict[str, dict[str, Any]]:
-    """strategy -> {median_s, rel_iqr, ratio (over the baseline), error}: interleaved rounds of the
-    batched first sample, one torch thread."""
-    smp = spec.samples()[0]
-    labels = list(dict.fromkeys([BASELINE, *strategies]))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        series = []
-        for label in labels:
-            try:
-                fn = batched_callable(spec, smp, label, batch)
-            except Exception as e:  # noqa: BLE001 - recorded per label
-                fn, err = None, f"{type(e).__name__}: {e}".splitlines()[0][:200]
-            s = timing.Timed({"strategy": label}, fn or (lambda: None), contextlib.nullcontext, rounds)
-            if fn is None:
-                s.error = err
-            series.append(s)
-        good = [s for s in series if not s.error]
-        with warnings.catch_warnings():  # vmap's fallback warnings: the cells already record them
-            warnings.simplefilter("ignore")
-            timing.run_interleaved(good, "thread_cpu", target_s, max_number)
-    finally:
-        torch.set_num_threads(threads)
-    base = next(s for s in series if s.key["strategy"] == BASELINE)
-    out = {}
-    for s in series:
-        med = timing.median(s.samples)
-        out[s.key["strategy"]] = {"median_s": med, "rel_iqr": timing.rel_iqr(s.samples),
-                                  "ratio": timing.div(med, timing.median(base.samples)),
-                                  "number": s.number, "rounds": len(s.samples), "error": s.error}
-    return out
+def blocker(problems: Sequence[dict[str, Any]], judged: int, cost_ratio: float | None
+            ) -> dict[str, Any] | None:
+    """The verdict's reason, classified (:data:`BLOCKERS`): reason, where, ops, and the cost
+    ratio; None for a deletable site. Follows :func:`verdict` case by case."""
+    first = deciding_problem(problems)
+    if first:
+        return {**first, "cost_ratio": cost_ratio}
+    if not judged:
+        return {"reason": "undetermined", "where": "", "ops": [], "text": "", "cost_ratio": cost_ratio}
+    if cost_ratio is not None and cost_ratio > COST_LIMIT:
+        return {"reason": "cost", "where": "", "ops": [], "text": "", "cost_ratio": cost_ratio}
+    return None
 
 
 # ------------------------------------------------------------------------------ the table
@@ -241,20 +239,61 @@ def site_row(site: Site, strategies: Sequence[str] = CANDIDATES, *, samples: str
     scenarios = applicable if scenarios is None else [sc for sc in applicable if sc in scenarios]
     cells = Cells(spec.name)
     judged = {st: judge(cells, spec, st, smps, scenarios) for st in strategies}
-    cost = measure_cost(spec, strategies, rounds=rounds) if time_it else {}
+    cost = measure_cost(spec, strategies, BASELINE, rounds=rounds) if time_it else {}
     row: dict[str, Any] = {"op": spec.name, "site": site.site_id, "kind": site.kind,
                            "counted": site.counted, "scenarios": scenarios,
                            "samples": [s.name for s in smps], "strategies": {}}
     for st in strategies:
-        problems, unjudged, n_judged = judged[st]
+        j = judged[st]
         c = cost.get(st, {})
         ratio = c.get("ratio") if c and not c.get("error") and not _nan(c.get("ratio")) else None
         row["strategies"][st] = {
-            "verdict": verdict(problems, unjudged, n_judged, ratio), "problems": problems,
-            "unjudged": unjudged, "judged_cells": n_judged, "cost_ratio": ratio, "cost": c,
-            "cells": [_record(x) for x in cells.by_strategy.get(st, {}).values()]}
+            "verdict": verdict(j.problems, j.unjudged, j.judged, ratio),
+            "blocker": blocker(j.problems, j.judged, ratio), "problems": j.problems,
+            "shared_fallbacks": j.shared, "unjudged": j.unjudged, "judged_cells": j.judged,
+            "cost_ratio": ratio, "cost": c, "cells": _saved_cells(cells, st)}
     row["baseline_cells"] = [_record(x) for x in cells.by_strategy.get(BASELINE, {}).values()]
     return row
+
+
+def _saved_cells(cells: Cells, strategy: str) -> list[dict[str, Any]]:
+    """The strategy's cell records, each with the fast path's status as written (``plain_status``)
+    where :func:`judge_cell` asked for it, so :func:`rejudge` needs nothing else."""
+    plain = cells.by_strategy.get("plain", {})
+    out = []
+    for key, x in cells.by_strategy.get(strategy, {}).items():
+        rec = _record(x)
+        if key in plain:
+            rec["plain_status"] = plain[key].status
+        out.append(rec)
+    return out
+
+
+def rejudge(result: dict[str, Any]) -> dict[str, Any]:
+    """Recompute, in place, every verdict, blocker, problem and shared-fallback list and the
+    headlines of a saved table from its saved cells by today's :data:`CRITERION` (the saved cost
+    ratios stand): a change of the criterion needs no re-run. Returns ``result``."""
+    for r in result["rows"]:
+        base = {(c["sample"], c["scenario"]): c for c in r["baseline_cells"]}
+        for st, v in r["strategies"].items():
+            j = Judgement()
+            for c in v["cells"]:
+                if c["status"] != "not_applicable":
+                    judge_cell(c, base[(c["sample"], c["scenario"])], lambda c=c: _plain_status(c, r), st, j)
+            v.update(verdict=verdict(j.problems, j.unjudged, j.judged, v["cost_ratio"]),
+                     blocker=blocker(j.problems, j.judged, v["cost_ratio"]), problems=j.problems,
+                     shared_fallbacks=j.shared, unjudged=j.unjudged, judged_cells=j.judged)
+    result["schema"] = SCHEMA
+    result["headlines"] = {st: headline(result, st) for st in result["strategies"]}
+    return result
+
+
+def _plain_status(c: dict[str, Any], row: dict[str, Any]) -> str:
+    if "plain_status" not in c:
+        raise BadInputError(f"{row['site']}: a saved cell ({c['scenario']} [{c['sample']}]) passed without "
+                            "the mechanism but lacks the fast path's own status (plain_status); recompute "
+                            "the table: python -m funcbwd deletable --out data/live-deletable.json")
+    return c["plain_status"]
 
 
 def _nan(x: Any) -> bool:
@@ -280,9 +319,10 @@ def run_table(strategies: Sequence[str] = CANDIDATES, *, ops: Sequence[str] | No
         rows.append(site_row(site, strategies, samples=samples, time_it=time_it, rounds=rounds,
                              scenarios=scenarios))
         if progress:
-            progress(f"[{i + 1}/{len(sites)}] {site.op_name}: "
-                     + "; ".join(f"{st} {rows[-1]['strategies'][st]['verdict'][:60]}" for st in strategies)
-                     + f" ({time.perf_counter() - t:.1f}s)")
+            verdicts = rows[-1]["strategies"]
+            progress(f"[{i + 1}/{len(sites)}] {site.site_id}: " + "; ".join(
+                f"{st} {(verdicts[st]['blocker'] or {'reason': 'deletable'})['reason']}" for st in strategies)
+                + f" ({time.perf_counter() - t:.1f}s)")
     result = {"schema": SCHEMA, "torch": torch.__version__, "core_commit": COMMIT,
               "strategies": list(strategies), "baseline": BASELINE, "cost_limit": COST_LIMIT,
               "samples": samples, "timed": time_it, "rounds": rounds if time_it else 0,
@@ -293,18 +333,60 @@ def run_table(strategies: Sequence[str] = CANDIDATES, *, ops: Sequence[str] | No
 
 
 # ------------------------------------------------------------------------------ summaries
+def _in_place(r: dict[str, Any]) -> bool:
+    return r["kind"] in ("backward", "jvp") and r["counted"]
+
+
+def shared_fallbacks(v: dict[str, Any], baseline_cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The passing cells of one strategy's saved verdict ``v`` whose slow fallback the hand-written
+    path takes too (where, ops), recomputed by :func:`fallback_split` from the saved cells of both
+    paths (:func:`judge_cell` saved the same list as ``v["shared_fallbacks"]``)."""
+    base = {(c["sample"], c["scenario"]): c for c in baseline_cells}
+    out = []
+    for c in v["cells"]:
+        b = base.get((c["sample"], c["scenario"]))
+        if c["status"] == "pass" and b is not None and b["status"] == "pass":
+            shared = fallback_split(c["fallback_ops"], b["fallback_ops"])[1]
+            if shared:
+                out.append({"where": f"{c['scenario']} [{c['sample']}]", "ops": shared})
+    return out
+
+
+def check_schema(result: dict[str, Any]) -> None:
+    """A saved table must be of this :data:`SCHEMA` (classified blockers, shared fallbacks)."""
+    if result.get("schema") != SCHEMA:
+        raise BadInputError(f"the saved deletable table has schema {result.get('schema')!r}, this "
+                            f"funcbwd reads {SCHEMA!r}; recompute it: python -m funcbwd deletable "
+                            "--out data/live-deletable.json")
+
+
+def shared_fallback_sites(result: dict[str, Any], strategy: str) -> list[tuple[str, list[str]]]:
+    """(site, ops) for every deletable counted in-place site whose slow fallback the hand-written
+    path takes too (not disqualifying by :data:`CRITERION`, shown apart)."""
+    out = []
+    for r in result["rows"]:
+        v = r["strategies"].get(strategy)
+        if v and _in_place(r) and v["verdict"] == "deletable":
+            ops = sorted({op for f in v["shared_fallbacks"] for op in f["ops"]})
+            if ops:
+                out.append((r["site"], ops))
+    return out
+
+
 def counts(result: dict[str, Any], strategy: str) -> dict[str, Any]:
-    """Deletable / undetermined / total among the counted in-place sites and the controls, and
-    the cost ratios of the deletable in-place sites."""
+    """Deletable / undetermined / total among the counted in-place sites and the controls, how
+    many deletable sites share a slow fallback with the hand-written path, and the cost ratios of
+    the deletable in-place sites."""
     def verdicts(pred: Callable[[dict], bool]) -> list[dict]:
         return [r["strategies"][strategy] for r in result["rows"] if pred(r)]
 
-    in_place = verdicts(lambda r: r["kind"] in ("backward", "jvp") and r["counted"])
+    in_place = verdicts(_in_place)
     controls = verdicts(lambda r: r["kind"] == "control")
     ratios = [v["cost_ratio"] for v in in_place
               if v["verdict"] == "deletable" and v["cost_ratio"] is not None]
     return {"in_place": len(in_place),
             "deletable": sum(v["verdict"] == "deletable" for v in in_place),
+            "shared_fallback": len(shared_fallback_sites(result, strategy)),
             "only_cost": sum(v["verdict"].startswith("not deletable: cost") for v in in_place),
             "deletable_with_unjudged": sum(v["verdict"] == "deletable" and bool(v["unjudged"])
                                            for v in in_place),
@@ -317,7 +399,7 @@ def counts(result: dict[str, Any], strategy: str) -> dict[str, Any]:
 
 def headline(result: dict[str, Any], strategy: str) -> str:
     """"N of 36 hand-written branches ... would be unnecessary under <strategy>; median cost X,
-    worst Y" (N over the in-place sites in the table; controls apart)."""
+    worst Y" (N over the in-place sites in the table, by :data:`CRITERION`; controls apart)."""
     c = counts(result, strategy)
     total = IN_PLACE_SITES if c["in_place"] == IN_PLACE_SITES else c["in_place"]
     if not result.get("timed"):
@@ -328,7 +410,11 @@ def headline(result: dict[str, Any], strategy: str) -> str:
         cost = (f"median cost {c['median_cost']:.2f}x, worst {c['worst_cost']:.2f}x of the "
                 "hand-written path (batched, deletable sites)")
     text = (f"{c['deletable']} of {total} hand-written branches in PyTorch's backward/JVP formulas "
-            f"would be unnecessary under {strategy}; {cost}")
+            f"would be unnecessary under {strategy}")
+    if c["shared_fallback"]:
+        text += (f" ({c['shared_fallback']} of them {'shares' if c['shared_fallback'] == 1 else 'share'} "
+                 "a slow fallback with today's hand-written path)")
+    text += f"; {cost}"
     if c["deletable_with_unjudged"]:
         text += (f" ({c['deletable_with_unjudged']} of the {c['deletable']} with cells the "
                  "hand-written path fails too, unjudged)")
@@ -343,35 +429,22 @@ def headline(result: dict[str, Any], strategy: str) -> str:
     return text
 
 
-def _cell_text(v: dict[str, Any], width: int) -> str:
-    ratio = "" if v["cost_ratio"] is None else f" {v['cost_ratio']:.2f}x"
-    if v["verdict"] == "deletable":
-        text = ("yes*" if v["unjudged"] else "yes") + ratio
-    else:
-        text = v["verdict"].replace("not deletable: ", "no: ").replace("undetermined: ", "?: ")
-        text += "" if text.startswith("no: cost") else ratio
-    return text if len(text) <= width else text[:width - 3] + "..."
+def not_cleared(result: dict[str, Any], strategy: str, controls: bool = True) -> list[dict[str, Any]]:
+    """Every site not deletable under ``strategy`` (the counted in-place sites, then the controls
+    when ``controls``): site, kind, and its classified blocker (reason, where, ops, cost ratio)."""
+    rows = [r for r in result["rows"] if _in_place(r)]
+    rows += [r for r in result["rows"] if controls and r["kind"] == "control"]
+    out = []
+    for r in rows:
+        v = r["strategies"].get(strategy)
+        if v and v["verdict"] != "deletable":
+            out.append({"site": r["site"], "kind": r["kind"], **v["blocker"]})
+    return out
 
 
-def format_table(result: dict[str, Any], width: int = 58) -> str:
-    """The table as text: in-place sites, then the negative controls and the uncounted extra
-    rows apart; one column per strategy (yes + cost ratio, or the first reason); headlines last."""
-    strategies = result["strategies"]
-    sections = [("in-place sites (backward, jvp)", lambda r: r["kind"] != "control" and r["counted"]),
-                ("negative controls (data-dependent)", lambda r: r["kind"] == "control"),
-                ("registered again, not counted", lambda r: r["kind"] != "control" and not r["counted"])]
-    lines = []
-    for title, pred in sections:
-        rows = [r for r in result["rows"] if pred(r)]
-        if not rows:
-            continue
-        table = [["site", "kind", *strategies]] + [
-            [r["site"], r["kind"], *(_cell_text(r["strategies"][st], width) for st in strategies)]
-            for r in rows]
-        widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
-        lines += ["", f"== {title} ({len(rows)})"]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip() for t in table]
-    lines += ["", "yes* = deletable; some cells are unjudged (the hand-written path fails them too)",
-              ""]
-    lines += [f"{st}: {result['headlines'][st]}" for st in strategies]
-    return "\n".join(lines).lstrip("\n")
+def blocker_tally(result: dict[str, Any], strategy: str) -> dict[str, int]:
+    """reason -> number of counted in-place sites it blocks under ``strategy``, most first."""
+    tally: dict[str, int] = {}
+    for b in not_cleared(result, strategy, controls=False):
+        tally[b["reason"]] = tally.get(b["reason"], 0) + 1
+    return dict(sorted(tally.items(), key=lambda kv: (-kv[1], kv[0])))

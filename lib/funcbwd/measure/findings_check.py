@@ -1,5 +1,8 @@
-"""Running a finding's programs and re-creating its cause: the checks behind every report.
+"""A finding and the checks behind its report: running its programs and re-creating its cause.
 
+A :class:`Finding` is data: a title, the torch version it was first seen on, a minimal repro that
+imports nothing but torch, the batching rule at fault (:class:`Rule`: file and function in
+pytorch/pytorch, the commit it was read at) and a family of related cases (:class:`Case`).
 Every program follows one contract: it imports only torch, defines ``looped`` (the per-sample
 loop, the reference) and then ``batched`` (the transform; it may raise), and may print.
 :func:`run` executes one in a fresh namespace and compares ``batched`` with ``looped``
@@ -8,12 +11,12 @@ loop, the reference) and then ``batched`` (the transform; it may raise), and may
 * **explained**: a Python emulation of the batching rule *as written* (``emulate(ns, fixed=False)``
   on a case's namespace) must reproduce what vmap returned (the same tensor, or an error where
   vmap raised);
-* **fix**: the same emulation with the proposed one-line fix (``fixed=True``) must equal the
-  per-sample loop.
+* **fix**: the same emulation with the proposed fix (``fixed=True``) must equal the per-sample
+  loop.
 
-The emulations of the findings' rules (:func:`emulate_masked_select`, :func:`emulate_index_fill`)
-live here too. The findings themselves (the data) are in :mod:`funcbwd.measure.findings`, the
-rendering in :mod:`funcbwd.measure.findings_report`.
+:meth:`Finding.check` runs the repro and every case now and returns a
+:class:`funcbwd.measure.findings_report.Report`. The findings themselves (each with its
+emulation) are the ``findings_<name>`` modules, collected by :mod:`funcbwd.measure.findings`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from typing import Any, Callable
 
 import torch
 
+from funcbwd import internals
 from funcbwd.errors import BadInputError
+from funcbwd.measure.findings_report import Report
 
 STATUSES = ("ok", "wrong values", "wrong shape", "raises")
 ATOL, RTOL = 1e-6, 1e-5
@@ -44,6 +49,7 @@ class Rule:
     introduced_by: str  # the upstream PR that added the rule
     flaw: str  # what goes wrong, in prose
     fix: str  # the proposed change, in prose
+    read_at: str = ""  # which copy of pytorch/pytorch the quoted code was read from (commit, PR)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +60,32 @@ class Case:
     source: str
     params: dict
     emulable: bool = True  # whether the namespace carries what ``emulate`` reads
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One torch bug as data; :meth:`check` computes its report."""
+
+    key: str
+    title: str
+    torch_seen: str
+    summary: str  # the bug in a few sentences, for the report
+    repro: str  # the main case: the smallest program that shows it
+    repro_params: dict
+    rule: Rule
+    claim_text: str  # which cases are affected, in prose; ``claim`` says it as code
+    claim: Callable[[dict], bool]
+    cases: Callable[[], tuple[Case, ...]]
+    emulate: Callable[[dict, bool], torch.Tensor]
+
+    def main_case(self) -> Case:
+        return Case("the repro above", self.repro, self.repro_params)
+
+    def check(self, with_cases: bool = True) -> Report:
+        """Run the repro (and the cases) now, on this torch."""
+        results = [CaseResult.of(self, c) for c in ((self.main_case(),) + (self.cases() if with_cases else ()))]
+        return Report(self, results[0], tuple(results[1:]), internals.batching_kernel_source(self.rule.op),
+                      versions())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,9 +152,8 @@ class CaseResult:
     fix_works: bool | None  # the fixed rule equals the per-sample loop
 
     @classmethod
-    def of(cls, finding: Any, case: Case) -> "CaseResult":
-        """Run ``case`` of ``finding`` (a :class:`funcbwd.measure.findings.Finding`, which imports
-        this module: hence ``Any``) and check its claim, its explanation and its fix."""
+    def of(cls, finding: Finding, case: Case) -> "CaseResult":
+        """Run ``case`` of ``finding`` and check its claim, its explanation and its fix."""
         outcome = run(case.source, case.label)
         explained = fix_works = None
         if case.emulable:
@@ -145,12 +176,13 @@ def _attempt(fn: Callable, *args) -> torch.Tensor | None:
 
 
 def versions() -> dict[str, str]:
-    return {"torch": torch.__version__, "python": platform.python_version(),
+    return {"torch": torch.__version__, "torch git": torch.version.git_version or "?",
+            "python": platform.python_version(),
             "os": platform.platform(), "cuda": str(torch.version.cuda)}
 
 
 # ------------------------------------------------------------------------------ helpers for emulation
-def _sum_to(physical: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def sum_to(physical: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """Autograd's ``sum_to`` (the engine reduces a broadcast gradient to the input's shape), applied
     per batch entry to a tensor whose dim 0 is the batch dim."""
     logical = physical.shape[1:]
@@ -160,45 +192,3 @@ def _sum_to(physical: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and logical[lead + i] != 1]
     out = physical.sum([d + 1 for d in dims], keepdim=True) if dims else physical
     return out.reshape(physical.shape[0], *shape)
-
-
-def emulate_masked_select(ns: dict, fixed: bool) -> torch.Tensor:
-    """``masked_select_backward_batch_rule`` on the physical tensors, then autograd's sum_to.
-
-    As written, ``maybePadToLogicalRank(self_, self_bdim, ...)`` pads only a tensor that already
-    has a batch dim; an unbatched input then gets its batch dim from ``ensure_has_bdim`` *without*
-    the padding, so the batch dim lines up with a mask dim. The fix pads after adding it."""
-    mask, grad = ns["mask"], ns["cotangents"]
-    x_batched = "xs" in ns
-    x = ns["x"]
-    # what masked_select saw: x, or x expanded explicitly (the "expand" cases)
-    seen = x.expand(ns["expand_to"]) if "expand_to" in ns else x
-    self_ = ns["xs"] if x_batched else seen
-    logical_rank = max(seen.dim(), mask.dim())
-    if x_batched or fixed:  # maybePadToLogicalRank: pads only when the tensor has a batch dim
-        self_ = self_.reshape(self_.shape[:1] + (1,) * (logical_rank - seen.dim()) + self_.shape[1:]) \
-            if x_batched else self_.reshape((1,) * (logical_rank - seen.dim()) + self_.shape)
-    if not x_batched:
-        self_ = self_.expand(grad.shape[0], *self_.shape)  # ensure_has_bdim
-    shape = torch.broadcast_shapes(self_.shape, mask.shape)  # at::infer_size inside the formula
-    result = torch.zeros(shape).masked_scatter(mask, grad)  # masked_select_backward on physical tensors
-    return _sum_to(_sum_to(result, seen.shape), x.shape)  # autograd: to what was seen, then expand's backward
-
-
-def emulate_index_fill(ns: dict, fixed: bool) -> torch.Tensor:
-    """``index_fill_int_tensor_batch_rule(_impl)`` with a batched value: ``ensure_has_bdim``
-    expands an unbatched self (every batch entry is the same memory), then a per-entry loop
-    fills each ``select(0, i)`` in place, so the last entry's value wins everywhere. The fix
-    materializes the expanded self (``clone``) before the loop, as the non-loop path already does."""
-    dim, values = ns["dim"], ns["values"]
-    batch = values.shape[0]
-    if "xs" in ns:
-        self_ = ns["xs"].clone()
-    else:
-        self_ = ns["x"].clone().expand(batch, *ns["x"].shape)  # clone, then ensure_has_bdim
-        if fixed:
-            self_ = self_.clone()
-    index_ = ns["indices"] if "indices" in ns else ns["index"].expand(batch, *ns["index"].shape)
-    for i in range(batch):
-        self_.select(0, i).index_fill_(dim, index_.select(0, i), values.select(0, i))
-    return self_

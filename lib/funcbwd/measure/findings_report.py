@@ -3,9 +3,9 @@
 :meth:`Report.markdown` renders the shape of a PyTorch bug report (``## 🐛 Describe the bug``,
 repro block, observed, expected, cause, other cases, versions); :meth:`Report.text` the same as
 plain text; :meth:`Report.to_dict` the same as data. Nothing in a report is typed in by hand: it
-is built by :meth:`funcbwd.measure.findings.Finding.check` from the results of
-:mod:`funcbwd.measure.findings_check`. ``python -m funcbwd findings`` (:mod:`funcbwd.cli.findings`)
-prints them.
+is built by :meth:`funcbwd.measure.findings_check.Finding.check` from the results it computed
+(:class:`~funcbwd.measure.findings_check.CaseResult`; that module imports this one, so the types
+here are ``Any``). ``python -m funcbwd findings`` (:mod:`funcbwd.cli.findings`) prints them.
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ import dataclasses
 import textwrap
 from typing import Any
 
-from funcbwd.measure.findings_check import CaseResult
 
 
 @dataclasses.dataclass(frozen=True)
 class Report:
-    finding: Any  # a funcbwd.measure.findings.Finding (that module imports this one)
-    main: CaseResult
-    cases: tuple[CaseResult, ...]
+    finding: Any  # a funcbwd.measure.findings_check.Finding
+    main: Any  # its CaseResult for the repro
+    cases: tuple[Any, ...]  # and for each related case
     registered_at: str | None  # where this torch build registered the rule
     env: dict[str, str]
 
@@ -33,8 +32,9 @@ class Report:
         r = self.finding.rule
         where = (f" (this build registers it at `{self.registered_at}`)" if self.registered_at
                  else " (this build has no FuncTorchBatched kernel for it)")
+        read = f" Read at: {r.read_at}." if r.read_at else ""
         return (f"The batching rule at fault is `{r.function}` in `{r.file}`, the FuncTorchBatched "
-                f"kernel of `{r.op}`{where}, added in {r.introduced_by}. {r.flaw}\n\n"
+                f"kernel of `{r.op}`{where}, added in {r.introduced_by}.{read} {r.flaw}\n\n"
                 f"Suggested fix: {r.fix}")
 
     def _explained_line(self) -> str:
@@ -66,9 +66,10 @@ class Report:
 
     def text(self) -> str:
         f, o = self.finding, self.main.outcome
-        wrap = lambda s: textwrap.fill(s, 100)  # noqa: E731
+        wrap = lambda s: textwrap.fill(s, 100, break_long_words=False, break_on_hyphens=False)  # noqa: E731
         ind = lambda s: textwrap.indent(s.rstrip(), "    ")  # noqa: E731
-        lines = [f.title, "=" * min(len(f.title), 100),
+        title = textwrap.wrap(f.title, 100)
+        lines = [*title, "=" * max(map(len, title)),
                  f"first seen on torch {f.torch_seen}; this run: torch {self.env['torch']}, "
                  + ("REPRODUCES" if self.reproduces else "NO LONGER REPRODUCES"), "",
                  wrap(f.summary), "", "Repro:", ind(f.repro), "",
@@ -76,11 +77,13 @@ class Report:
                  "", wrap(self._cause().replace("`", "")), "", wrap("Affected: " + f.claim_text)]
         if self.cases:
             lines += ["", wrap(self._explained_line()), ""]
-            width = max(len(c.case.label) for c in self.cases)
+            width = min(max(len(c.case.label) for c in self.cases), 100 - 2 - 41)  # 41: the columns
             for c in self.cases:
-                lines.append(f"  {c.case.label:<{width}}  {c.outcome.status:<12}  explained: "
+                label = textwrap.wrap(c.case.label, width) or [""]
+                lines.append(f"  {label[0]:<{width}}  {c.outcome.status:<12}  explained: "
                              f"{_yn(c.explained):<3}  fix: {_yn(c.fix_works)}")
-        lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in self.env.items())]
+                lines += [f"    {more}" for more in label[1:]]
+        lines += ["", textwrap.fill("Versions: " + ", ".join(f"{k} {v}" for k, v in self.env.items()), 100)]
         return "\n".join(lines)
 
     def to_dict(self) -> dict:

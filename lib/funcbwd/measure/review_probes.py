@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 from funcbwd import internals
 from funcbwd.ops import inject, registry
 from funcbwd.run import runner
-from funcbwd.run.scenarios import SCENARIO_NAMES, SCENARIOS, Case
+from funcbwd.run.scenarios import BACKWARD_NAMES, SCENARIOS, Case
 from funcbwd.strategies import get_strategy
 
 #: the groups whose legacy formulas make up the corpus the operator count runs over
@@ -81,7 +81,7 @@ def warm_up_strategies(strategies: Iterable[str], ops: Sequence[str] = ("diag", 
         spec = registry.get_op(op)
         copy = dc.replace(spec, name=f"{op}_warmup")
         for st in strategies:
-            for sc in SCENARIO_NAMES:
+            for sc in BACKWARD_NAMES:
                 runner.run(copy, sc, st, spec.sample())
 
 

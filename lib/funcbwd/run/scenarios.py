@@ -24,6 +24,9 @@ BACKWARD_NAMES = tuple(BACKWARD)
 FORWARD_NAMES = tuple(FORWARD)
 #: functorch's compositions (PyTorch's test_ops.py): the OpInfo sweep's scenarios
 FUNCTORCH_NAMES = tuple(FUNCTORCH)
+#: the workbench's own scenarios (backward and forward-mode): the matrix's, the report's and the
+#: explorer's default; functorch's compositions run when named (and in the OpInfo sweep)
+MATRIX_NAMES = BACKWARD_NAMES + FORWARD_NAMES
 #: the names by group, for listings and "did you mean" errors
 SCENARIO_GROUPS = {"backward formulas": BACKWARD_NAMES, "forward-mode formulas": FORWARD_NAMES,
                    "functorch compositions": FUNCTORCH_NAMES}

@@ -30,6 +30,7 @@ STATUS_COLOR = {
     "pass_unused": "#d9f0d3",
     "mismatch": "#fdae61",
     "fail": "#d73027",
+    "timeout": "#9e9ac8",
     "not_applicable": "#bdbdbd",
 }
 

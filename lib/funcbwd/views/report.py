@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 from funcbwd.ops import registry
 from funcbwd.run import matrix, outcomes, runner
 from funcbwd.errors import parse_names
-from funcbwd.run.scenarios import SCENARIO_NAMES
+from funcbwd.run.scenarios import MATRIX_NAMES, SCENARIO_GROUPS
 from funcbwd.strategies import available
 from funcbwd.errors import first_line
 from funcbwd.progress import Progress
@@ -370,7 +370,8 @@ def build_report(ops: str | Sequence[str] | None = None, *, quick: bool = False,
     start = time.perf_counter()
     ctx = Context(ops=parse_names("op", ops if ops is not None else list(registry.TEST_OPS),
                                   registry.op_groups()),
-                  scenarios=parse_names("scenario", scenarios, SCENARIO_NAMES),
+                  scenarios=(list(MATRIX_NAMES) if scenarios is None
+                             else parse_names("scenario", scenarios, SCENARIO_GROUPS)),
                   strategies=parse_names("strategy", strategies, available()),
                   samples="first" if quick else "all", figure=FigureEmbedder(),
                   data_dir=Path(data_dir))

@@ -22,7 +22,7 @@ from funcbwd.ops import registry
 from funcbwd.run import matrix, runner
 from funcbwd.views import display, figstyle
 from funcbwd.run.runner import CellResult
-from funcbwd.run.scenarios import SCENARIO_NAMES
+from funcbwd.run.scenarios import BACKWARD_NAMES
 from funcbwd.strategies import available
 from funcbwd.errors import first_line
 
@@ -65,7 +65,7 @@ class Explorer:
 
         self.ops = list(ops or registry.op_names("test"))
         self.strategies = list(strategies or available())
-        self.scenarios = list(scenarios or SCENARIO_NAMES)
+        self.scenarios = list(scenarios or BACKWARD_NAMES)
         for kind, value, valid in (("op", op, self.ops), ("strategy", strategy, self.strategies),
                                    ("scenario", scenario, self.scenarios)):
             if value not in valid:
