@@ -8,7 +8,7 @@ that part eagerly, so a pass may be eager's pass. Provenance therefore says what
 dynamo's own evidence, not from the outcome:
 
 * the graphs dynamo handed to the backend (the backend is the object ``torch.compile`` builds for
-  ``B``, :func:`funcbwd.internals.compile_backend`, called by a thin recorder), and whether one
+  ``B``, :func:`funcbwd.internals.dynamo.compile_backend`, called by a thin recorder), and whether one
   holds the transform (a functorch ``*_increment_nesting`` call) and the legacy op as an
   ``autograd_function_apply`` (its backward body in the graph);
 * dynamo's graph breaks of this call (reason, where), and a failure's stage (dynamo tracing, the
@@ -21,17 +21,17 @@ the transform but differentiates torch's own op, because dynamo inlined the Func
 dropped its backward (torch 2.13 does this under torch.func transforms: pytorch#193279; a forward
 that takes ``*args`` and more than one argument makes the same path fail inside dynamo instead).
 
-Isolation: every compiled call runs in :func:`funcbwd.internals.fresh_compiler` (dynamo reset before
-and after, compile caches off), so no call reuses another's code, guards or cached graphs, and a
-call with many in_dims choices never hits dynamo's recompile limit (which would silently fall back
-to eager). The legacy formula records (ran=False) when it runs eagerly; when dynamo traces it
+Isolation: every compiled call runs in :func:`funcbwd.internals.dynamo.fresh_compiler` (dynamo
+reset before and after, compile caches off), so no call reuses another's code, guards or cached
+graphs, and a call with many in_dims choices never hits dynamo's recompile limit (which would
+silently fall back to eager). The legacy formula records (ran=False) when it runs eagerly; when dynamo traces it
 (``torch.compiler.is_compiling()``) nothing is recorded, so tracing is never mistaken for running.
 
 :data:`BACKENDS` are the three torch.compile backends compared. The registered ``compiled`` uses
 ``aot_eager``: dynamo plus AOTAutograd, the part of torch.compile that functionalizes (rewrites
 in-place ops), run by the eager interpreter. On torch 2.13 it decides every test-op cell as
-``inductor`` does (the same status, reason and provenance on the first sample of every op and
-scenario; inductor's C++ codegen comes after, on the same graphs) at a fraction of the cost (64
+``inductor`` does (the same status, reason, failure stage and ``mechanism_ran`` on the first
+sample of every op and scenario; inductor's C++ codegen comes after, on the same graphs) at a fraction of the cost (64
 cells: about 130 s against 380 s on 2 cores; prod's jacrev_jacrev alone took inductor 99 s).
 ``eager`` (dynamo only, no AOTAutograd) differs in one cell (prod vmap_cotangents passes there on
 torch's own formula where AOTAutograd raises), so it is not a stand-in for torch.compile.
@@ -46,12 +46,14 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import threading
 import time
 from typing import Any, Callable, ClassVar, Iterator
 
 import torch
 
 from funcbwd import internals
+from funcbwd.internals import dynamo
 from funcbwd.errors import BadInputError, first_line
 from funcbwd.strategies import provenance
 from funcbwd.strategies.plain import Plain
@@ -79,7 +81,7 @@ class CompileReport:
     function_in_transform_graph: bool = False  # one graph holds both
     graph_breaks: list[GraphBreak] = dataclasses.field(default_factory=list)
     error: str = ""  # "Type: first line" of what the call raised
-    error_stage: str = ""  # dynamo / backend / run (funcbwd.internals.compile_error_stage)
+    error_stage: str = ""  # dynamo / backend / run (funcbwd.internals.dynamo.compile_error_stage)
     seconds: float = 0.0  # compile and run
 
     @property
@@ -131,10 +133,10 @@ def _frame_where(frame) -> str:
 
 
 def graph_breaks() -> list[GraphBreak]:
-    """Dynamo's graph breaks since the last reset (inside :func:`funcbwd.internals.fresh_compiler`:
-    this call's)."""
+    """Dynamo's graph breaks since the last reset (inside
+    :func:`funcbwd.internals.dynamo.fresh_compiler`: this call's)."""
     out = []
-    for reason, stack in internals.graph_break_reasons():
+    for reason, stack in dynamo.graph_break_reasons():
         inside = any("/torch/_functorch/" in f.filename for f in stack)
         out.append(GraphBreak(first_line(reason, 160), _frame_where(stack[-1]) if stack else "?",
                               inside))
@@ -162,13 +164,15 @@ class _Recorder:
         targets = [n.target for m in gm.modules() if isinstance(m, torch.fx.GraphModule)
                    for n in m.graph.nodes if n.op == "call_function"]
         transform = any(_target_name(t).endswith("_increment_nesting") for t in targets)
-        function = any(internals.is_autograd_function_apply(t) for t in targets)
+        function = any(dynamo.is_autograd_function_apply(t) for t in targets)
         r.transform_in_graph |= transform
         r.function_in_graph |= function
         r.function_in_transform_graph |= transform and function
         return self.backend(gm, example_inputs)
 
 
+#: dynamo's caches and graph-break log are per process: one compiled call at a time
+_COMPILE_LOCK = threading.RLock()
 _REPORTS: contextvars.ContextVar[list[CompileReport] | None] = contextvars.ContextVar(
     "funcbwd_compile_reports", default=None)
 
@@ -188,19 +192,20 @@ def collecting_reports() -> Iterator[list[CompileReport]]:
 def compiled_with_report(composed: Callable[..., Any], backend: str) -> tuple[Callable[..., Any], CompileReport]:
     """``torch.compile(composed, backend=..., fullgraph=False, dynamic=False)`` whose backend is the
     object torch.compile builds for ``backend``, behind a recorder filling the returned report's
-    graph fields as dynamo hands it graphs. Call it inside :func:`funcbwd.internals.fresh_compiler`."""
+    graph fields as dynamo hands it graphs. Call it inside
+    :func:`funcbwd.internals.dynamo.fresh_compiler`."""
     report = CompileReport(backend)
-    compiled = torch.compile(composed, backend=_Recorder(internals.compile_backend(backend), report),
+    compiled = torch.compile(composed, backend=_Recorder(dynamo.compile_backend(backend), report),
                              fullgraph=False, dynamic=False)
     return compiled, report
 
 
 def compile_call(composed: Callable[..., Any], backend: str, *inputs: Any) -> tuple[Any, CompileReport]:
     """``torch.compile(composed, backend=backend, fullgraph=False, dynamic=False)(*inputs)`` in a
-    fresh compiler state; returns (result, report). If the call raises, the exception propagates
-    with the report attached as ``exc.compile_report``."""
+    fresh compiler state (one call at a time in the process); returns (result, report). If the
+    call raises, the exception propagates with the report attached as ``exc.compile_report``."""
     start = time.perf_counter()
-    with internals.fresh_compiler():
+    with _COMPILE_LOCK, dynamo.fresh_compiler():
         compiled, report = compiled_with_report(composed, backend)
         kept = _REPORTS.get()
         if kept is not None:
@@ -208,9 +213,9 @@ def compile_call(composed: Callable[..., Any], backend: str, *inputs: Any) -> tu
         try:
             out = compiled(*inputs)
         except Exception as e:
-            cause = internals.compile_error_cause(e)
+            cause = dynamo.compile_error_cause(e)
             report.error = f"{type(cause).__name__}: {first_line(str(cause), 200)}"
-            report.error_stage = internals.compile_error_stage(e)
+            report.error_stage = dynamo.compile_error_stage(e)
             report.graph_breaks = graph_breaks()
             report.seconds = time.perf_counter() - start
             e.compile_report = report  # type: ignore[attr-defined]

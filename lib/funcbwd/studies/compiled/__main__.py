@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     if args.quick:
         data = report.collect(("eager",), ("diag", "prod"), ("vmap_cotangents", "jacrev"),
-                              cost_cases=[("diag", "small"), ("diag", "large")], pairs=7, say=say)
+                              cost_cases=[("diag", "small"), ("diag", "large")], pairs=7,
+                              row=False, say=say)
     else:
         data = report.collect(say=say)
     if args.out:

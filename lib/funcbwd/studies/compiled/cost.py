@@ -9,7 +9,7 @@ first sample's size, and diag / index_select at the bench's "large" size
 and runs the transform eagerly: the ratio is dynamo's overhead, not compiled code):
 
 * ``compile_s``: the first compiled call (trace, backend compile, one run), wall seconds, in a
-  fresh compiler state (:func:`funcbwd.internals.fresh_compiler`: nothing cached from earlier);
+  fresh compiler state (:func:`funcbwd.dynamo.fresh_compiler`: nothing cached from earlier);
 * the compiled result checked against eager's (``max_abs_err``; a case whose compiled call raises
   or differs is recorded, not timed as if it worked), and what compiled (the call's
   :class:`~funcbwd.strategies.compiled.CompileReport`: a ratio of a call that fell back to eager is
@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch.func import vjp, vmap
 
-from funcbwd import internals
+from funcbwd.internals import dynamo
 from funcbwd.errors import BadInputError, first_line
 from funcbwd.measure.bench_inputs import cotangents, resize, shape_text
 from funcbwd.measure.timing import calibrate, median, median_interval, sample_once
@@ -120,13 +120,13 @@ def measure(op: str, size: str, backend: str, batch: int = BATCH, pairs: int = 2
     row: dict[str, Any] = {"op": op, "size": size, "shape": shape, "batch": batch,
                            "backend": backend, "variant": variant}
     expected = composed(*cts)
-    with _one_thread(), internals.fresh_compiler():
+    with _one_thread(), dynamo.fresh_compiler():
         compiled, report = compiled_with_report(composed, backend)
         start = time.perf_counter()
         try:
             actual = compiled(*cts)
         except Exception as e:  # noqa: BLE001 - recorded, not timed
-            cause = internals.compile_error_cause(e)
+            cause = dynamo.compile_error_cause(e)
             row.update(compile_s=round(time.perf_counter() - start, 3),
                        error=f"{type(cause).__name__}: {first_line(str(cause), 160)}")
             return row

@@ -11,10 +11,13 @@
   custom backward runs); compiled, the result is torch's own gradient (the backward was dropped,
   pytorch#193279). The same Function with the historical in-place backward fails in eager
   ``vmap(vjp)`` and "passes" compiled, on torch's formula.
+* :func:`registered_row`: the registered ``compiled`` (aot_eager) over every sample, summarized
+  as the matrix does (what the reviewed expectations of :mod:`funcbwd.run.expectations` see).
 * :func:`vjp_fn_outcomes`: the other way to ask the question, ``torch.compile(vmap(vjp_fn))`` with
   ``vjp_fn`` made eagerly (the first try reported in the review): compared with the loop.
 
-Everything runs in a fresh compiler state per compiled call (:func:`funcbwd.internals.fresh_compiler`).
+Every compiled call runs in a fresh compiler state
+(:func:`funcbwd.internals.dynamo.fresh_compiler`).
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ from torch.func import vjp, vmap
 
 from funcbwd.errors import first_line
 from funcbwd.ops import registry
+from funcbwd.run import matrix
 from funcbwd.run.compare import check_close, max_abs_error
 from funcbwd.run.outcomes import classify
 from funcbwd.run.runner import run
 from funcbwd.run.scenarios import SCENARIO_NAMES, bind, loop_vjp, output_shapes, stack_loop
 from funcbwd.strategies import get_strategy
-from funcbwd.strategies.compiled import (BACKENDS, CompileReport, collecting_reports, compile_call,
-                                         for_backend)
+from funcbwd.strategies.compiled import (BACKENDS, Compiled, CompileReport, collecting_reports,
+                                         compile_call, for_backend)
 
 ROW_KEYS = ("backend", "op", "sample", "scenario", "status", "reason", "error_class", "message",
             "mechanism_ran", "verdict", "calls", "graphs", "transform_in_graph",
@@ -92,6 +96,17 @@ def backend_differences(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             r["status"], r["reason"], r["mechanism_ran"], r["error_stage"])
     return [{"op": k[0], "sample": k[1], "scenario": k[2], "by_backend": {b: list(v) for b, v in d.items()}}
             for k, d in by_cell.items() if len(set(d.values())) > 1]
+
+
+def registered_row(ops: Iterable[str] = registry.TEST_OPS, scenarios: Iterable[str] = SCENARIO_NAMES,
+                   progress: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
+    """The registered ``compiled`` row over every sample, summarized per op x scenario as the
+    matrix and the reviewed expectations see it (:func:`funcbwd.run.matrix.summarize`: worst
+    status over the samples, ``mechanism_ran`` in every applicable sample)."""
+    cells = matrix.run_matrix(list(ops), list(scenarios), [Compiled.name], progress=progress)
+    summary = matrix.summarize(cells)
+    return [{"op": op, "scenario": sc, **{k: v for k, v in cell.items() if k != "fallback_ops"}}
+            for (op, sc, _), cell in summary.items()]
 
 
 # ------------------------------------------------------------------------------ the control

@@ -77,8 +77,10 @@ def _timed(label: str, fn: Callable[[], Any], say: Callable[[str], None]) -> tup
 def collect(backends: Sequence[str] = BACKENDS, ops: Sequence[str] = registry.TEST_OPS,
             scenarios: Sequence[str] = SCENARIO_NAMES, cost_backends: Sequence[str] | None = None,
             cost_cases: Iterable[tuple[str, str]] | None = None, batch: int = cost.BATCH,
-            pairs: int = 21, say: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Every part of the study; ``say`` gets one progress line per cell / case."""
+            pairs: int = 21, row: bool = True,
+            say: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Every part of the study (``row``: also the registered row over every sample); ``say`` gets
+    one progress line per cell / case."""
     def cell(r: dict) -> None:
         say(f"  {r['backend']:<9} {r['op']:<13} {r['scenario']:<16} {code(r):<7} {r['seconds']:.1f} s")
 
@@ -88,6 +90,11 @@ def collect(backends: Sequence[str] = BACKENDS, ops: Sequence[str] = registry.TE
             f"compile {r['compile_s']:.1f} s  ratio {ratio}")
 
     rows, t_out = _timed("outcomes", lambda: outcomes.outcomes(backends, ops, scenarios, cell), say)
+    def row_cell(r: Any) -> None:
+        say(f"  {r.strategy:<9} {r.op:<13} {r.scenario:<16} {r.sample[:20]:<21} {r.status}")
+
+    reg, t_row = _timed("registered row, every sample",
+                        lambda: outcomes.registered_row(ops, scenarios, row_cell) if row else [], say)
     probe, t_probe = _timed("drop probe", lambda: outcomes.drop_probe(backends), say)
     variant, t_var = _timed("vmap(vjp_fn) variant",
                             lambda: outcomes.vjp_fn_outcomes(backends, ops), say)
@@ -99,10 +106,12 @@ def collect(backends: Sequence[str] = BACKENDS, ops: Sequence[str] = registry.TE
                  "ops": list(ops), "scenarios": list(scenarios), "sample": "first of each op",
                  "batch": batch, "pairs": pairs, "num_threads": 1, "clock": "thread_cpu",
                  "drop_issue": DROP_ISSUE,
-                 "seconds": {"outcomes": round(t_out), "drop_probe": round(t_probe),
+                 "seconds": {"outcomes": round(t_out), "registered_row": round(t_row),
+                             "drop_probe": round(t_probe),
                              "vjp_fn_variant": round(t_var), "cost": round(t_cost)}},
         "outcomes": rows,
         "backend_differences": outcomes.backend_differences(rows),
+        "registered_row": reg,
         "drop_probe": probe,
         "vjp_fn_outcomes": variant,
         "cost": costs,
@@ -126,6 +135,29 @@ def _grid(rows: Sequence[dict], backend: str, scenarios: Sequence[str]) -> list[
     for op in ops:
         lines.append(f"{op:<14}" + "".join(f"{code(mine[(op, s)]) if (op, s) in mine else '':<10}"
                                            for s in scenarios))
+    return lines
+
+
+def _row_text(cell: dict[str, Any]) -> str:
+    if cell["status"] == "pass":
+        return "ok" if cell["mechanism_ran"] else "ok*"
+    if cell["status"] == "not_applicable":
+        return "n/a"
+    head = "F" if cell["status"] == "fail" else "W"
+    reason = {"vmap_inplace": "inpl", "data_dependent": "data", "other": "oth"}.get(
+        cell["reason"], cell["reason"][:4])
+    return f"{head}{cell['passed']}/{cell['total']} {reason}".rstrip()
+
+
+def _row_grid(cells: Sequence[dict], scenarios: Sequence[str]) -> list[str]:
+    by = {(c["op"], c["scenario"]): c for c in cells}
+    ops = list(dict.fromkeys(c["op"] for c in cells))
+    lines = [f"{'op':<14}" + "".join(f"{ABBREV.get(s, s)[:9]:<10}" for s in scenarios)]
+    for op in ops:
+        lines.append(f"{op:<14}" + "".join(f"{_row_text(by[(op, s)]) if (op, s) in by else '':<10}"
+                                           for s in scenarios))
+    lines.append("ok* = passed, mechanism not run (eager fallback or torch's formula); "
+                 "Fn/r = fail, n of r passed; W = mismatch")
     return lines
 
 
@@ -190,6 +222,10 @@ def render(data: dict[str, Any]) -> str:
     for d in diffs:
         by = "; ".join(f"{b} {v[0]}{'/' + v[3] if v[3] else ''}" for b, v in d["by_backend"].items())
         out.append(f"  {d['op']} {d['scenario']}: {by}")
+    if data.get("registered_row"):
+        out += ["", f"registered row 'compiled' ({meta['registered_backend']}), every sample "
+                "(worst over samples, passed/applicable):", *_row_grid(data["registered_row"],
+                                                                       meta["scenarios"])]
     out += ["", f"control ({meta['drop_issue']}): diag as a well-formed autograd.Function, "
             "vmap(vjp) compiled whole"]
     for p in data["drop_probe"]:
