@@ -31,13 +31,14 @@ silently fall back to eager). The legacy formula records (ran=False) when it run
 ``aot_eager``: dynamo plus AOTAutograd, the part of torch.compile that functionalizes (rewrites
 in-place ops), run by the eager interpreter. On torch 2.13 it decides every test-op cell as
 ``inductor`` does (the same status, reason, failure stage and ``mechanism_ran`` on the first
-sample of every op and scenario; inductor's C++ codegen comes after, on the same graphs) at a fraction of the cost (64
-cells: about 130 s against 380 s on 2 cores; prod's jacrev_jacrev alone took inductor 99 s).
-``eager`` (dynamo only, no AOTAutograd) differs in one cell (prod vmap_cotangents passes there on
-torch's own formula where AOTAutograd raises), so it is not a stand-in for torch.compile.
+sample of every op and scenario, ``data/compiled.json``; inductor's codegen comes after, on the
+same graphs) at a fraction of the cost: 64 first-sample cells took 228 s against 415 s (134 s
+against 378 s in a quieter run), inductor's worst cell 104 s (prod jacrev_jacrev) and prod has six
+samples. ``eager`` (dynamo only, no AOTAutograd) differs in one cell (prod vmap_cotangents passes
+there on torch's own formula where AOTAutograd raises), so it is not a stand-in for torch.compile.
 :func:`for_backend` builds the variant for another backend (``compiled_eager``,
 ``compiled_inductor``); the study :mod:`funcbwd.studies.compiled` runs all three and recomputes
-these claims (``outcomes()``).
+these claims.
 """
 
 from __future__ import annotations

@@ -156,8 +156,8 @@ def _row_grid(cells: Sequence[dict], scenarios: Sequence[str]) -> list[str]:
     for op in ops:
         lines.append(f"{op:<14}" + "".join(f"{_row_text(by[(op, s)]) if (op, s) in by else '':<10}"
                                            for s in scenarios))
-    lines.append("ok* = passed, mechanism not run (eager fallback or torch's formula); "
-                 "Fn/r = fail, n of r passed; W = mismatch")
+    lines += ["ok* = passed, mechanism not run (eager fallback or torch's formula);",
+              "Fn/r = fail, n of r samples passed; Wn/r = a sample differs from the loop"]
     return lines
 
 
@@ -189,10 +189,10 @@ def _err(d: dict) -> str:
 
 
 def _cost_lines(rows: Sequence[dict]) -> list[str]:
-    lines = [f"{'variant':<13}{'backend':<10}{'op':<13}{'shape':<7}{'compile':>8}{'eager':>9}"
+    lines = [f"{'variant':<13}{'backend':<10}{'op':<14}{'shape':<6}{'compile':>8}{'eager':>9}"
              f"{'compiled':>10}  {'ratio [95% CI]':<20}graph"]
     for r in rows:
-        head = f"{r['variant']:<13}{r['backend']:<10}{r['op']:<13}{r['shape']:<7}{r['compile_s']:>7.1f}s"
+        head = f"{r['variant']:<13}{r['backend']:<10}{r['op']:<14}{r['shape']:<6}{r['compile_s']:>7.1f}s"
         if "ratio" not in r:
             lines.append(f"{head}  {r.get('error', '?')[:WIDTH - len(head) - 2]}")
             continue
@@ -211,7 +211,9 @@ def render(data: dict[str, Any]) -> str:
            f"'compiled' = {meta['registered_backend']}", ""]
     for b in meta["backends"]:
         out += [f"-- backend {b}", *_grid(rows, b, meta["scenarios"]), ""]
-    out += ["columns: " + ", ".join(f"{ABBREV.get(s, s)} = {s}" for s in meta["scenarios"])]
+    names = [f"{ABBREV.get(s, s)} = {s}" for s in meta["scenarios"]]
+    out += ["columns: " + ", ".join(names[:3]), "         " + ", ".join(names[3:6]),
+            "         " + ", ".join(names[6:])]
     out += ["codes:", *[f"  {c:<8}{text}" for c, text in CODES.items()], ""]
     out += ["graph (cost): the transform is in a compiled graph; 'no': dynamo fell back to eager", ""]
     ran = sum(r["mechanism_ran"] for r in rows)
@@ -241,7 +243,8 @@ def render(data: dict[str, Any]) -> str:
     out += [f"  first graph break: {why} ({n} of {len(data['vjp_fn_outcomes'])} rows)"
             for why, n in breaks.items()]
     out += ["", f"cost on torch's own ops (builtin formulas), batch {meta['batch']}, "
-            f"{meta['pairs']} pairs, ratio = compiled / eager ({meta['clock']}):",
+            f"{meta['pairs']} pairs, {meta['clock']} clock;",
+            "ratio = compiled / eager per pair: median [95% interval]; compile = first call, wall",
             *_cost_lines(data["cost"]), ""]
     out += ["seconds per outcome cell (compile + run + loop), by backend:"]
     for b in meta["backends"]:
@@ -249,5 +252,5 @@ def render(data: dict[str, Any]) -> str:
         if s:
             out.append(f"  {b:<10} median {statistics.median(s):.1f}  max {max(s):.1f}  "
                        f"total {sum(s):.0f} over {len(s)} cells")
-    out.append(f"study sections (s): {meta['seconds']}")
+    out.append("study sections (s): " + ", ".join(f"{k} {v}" for k, v in meta["seconds"].items()))
     return "\n".join(line[:WIDTH] for line in out) + "\n"
