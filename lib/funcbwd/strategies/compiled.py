@@ -32,9 +32,9 @@ silently fall back to eager). The legacy formula records (ran=False) when it run
 in-place ops), run by the eager interpreter. On torch 2.13 it decides every test-op cell as
 ``inductor`` does (the same status, reason, failure stage and ``mechanism_ran`` on the first
 sample of every op and scenario, ``data/compiled.json``; inductor's codegen comes after, on the
-same graphs) at a fraction of the cost: 64 first-sample cells took 228 s against 415 s (134 s
-against 378 s in a quieter run), inductor's worst cell 104 s (prod jacrev_jacrev) and prod has six
-samples. ``eager`` (dynamo only, no AOTAutograd) differs in one cell (prod vmap_cotangents passes
+same graphs) at a fraction of the cost: the 64 first-sample cells took aot_eager 84-228 s and
+inductor 235-415 s in three runs on 2 shared cores, inductor's worst cell 56-104 s (prod
+jacrev_jacrev), and prod has six samples. ``eager`` (dynamo only, no AOTAutograd) differs in one cell (prod vmap_cotangents passes
 there on torch's own formula where AOTAutograd raises), so it is not a stand-in for torch.compile.
 :func:`for_backend` builds the variant for another backend (``compiled_eager``,
 ``compiled_inductor``); the study :mod:`funcbwd.studies.compiled` runs all three and recomputes

@@ -41,13 +41,14 @@ from funcbwd.strategies.compiled import (BACKENDS, Compiled, CompileReport, coll
 ROW_KEYS = ("backend", "op", "sample", "scenario", "status", "reason", "error_class", "message",
             "mechanism_ran", "verdict", "calls", "graphs", "transform_in_graph",
             "function_in_graph", "graph_breaks", "breaks_inside_transform", "first_break",
-            "error_stage", "error", "seconds")
+            "first_break_inside_transform", "error_stage", "error", "seconds")
 
 
 def _summarize(reports: Sequence[CompileReport]) -> dict[str, Any]:
     """One cell's compiled calls (one per in_dims choice in vmap_all_args) as one row's fields;
     the error is the last call's (the cell stops at the first call that fails)."""
     breaks = [b for r in reports for b in r.graph_breaks]
+    inside = [b for b in breaks if b.inside_transform]
     last = reports[-1] if reports else CompileReport("?")
     return {
         "calls": len(reports),
@@ -57,6 +58,8 @@ def _summarize(reports: Sequence[CompileReport]) -> dict[str, Any]:
         "graph_breaks": len(breaks),
         "breaks_inside_transform": sum(b.inside_transform for b in breaks),
         "first_break": f"{breaks[0].where}: {breaks[0].reason}" if breaks else "",
+        # the break that split the transform (what made it run eagerly), if any
+        "first_break_inside_transform": f"{inside[0].where}: {inside[0].reason}" if inside else "",
         "error_stage": last.error_stage,
         "error": last.error,
     }

@@ -167,7 +167,11 @@ def _failure_kinds(rows: Sequence[dict]) -> list[str]:
         if r["status"] == "pass" or r["status"] == "not_applicable":
             continue
         key = (code(r), r["error"].split(": ", 1)[0], r["error"].split(": ", 1)[-1][:WIDTH - 4])
-        k = kinds.setdefault(key, {"count": {}, "first_break": r["first_break"], "cell": r})
+        k = kinds.setdefault(key, {"count": {}, "breaks": {}, "cell": r})
+        for field in ("first_break_inside_transform", "first_break"):
+            if r.get(field):
+                k["breaks"][(field, r[field])] = k["breaks"].get((field, r[field]), 0) + 1
+                break
         k["count"][r["backend"]] = k["count"].get(r["backend"], 0) + 1
     out = []
     for (c, cls, msg), k in sorted(kinds.items(), key=lambda kv: -sum(kv[1]["count"].values())):
@@ -175,9 +179,10 @@ def _failure_kinds(rows: Sequence[dict]) -> list[str]:
         out.append(f"[{c}] {cls}:")
         out.append(f"    {msg}")
         out.append(f"    cells: {counts}; e.g. {k['cell']['op']} {k['cell']['scenario']}")
-        if k["first_break"]:
-            where, why = k["first_break"].split(": ", 1)
-            out.append(f"    first graph break at {where}:")
+        for (field, text), n in sorted(k["breaks"].items(), key=lambda kv: -kv[1]):
+            where, why = text.split(": ", 1)
+            what = "inside the transform" if field == "first_break_inside_transform" else "outside it"
+            out.append(f"    {n} cells: break {what} at {where}:")
             out.append(f"      {why}")
     return out
 
