@@ -37,7 +37,7 @@ def test_ops_matrix():
     paid once per session."""
     from funcbwd.run import matrix
 
-    return matrix.run_test_ops()
+    return matrix.run_test_ops(slow=False)
 
 
 @pytest.fixture(autouse=True)

@@ -12,17 +12,25 @@ import dataclasses
 
 import pytest
 
-from funcbwd.run import expectations, matrix, summary
+from pathlib import Path
+
+from funcbwd.run import expectations, matrix, records, summary
 from funcbwd.run.outcomes import REASONS, STATUSES
 from funcbwd.run.runner import CellResult
-from funcbwd.strategies import available
+from funcbwd.strategies import available, get_strategy
 
 TABLE = expectations.table()
 
 
+MATRIX_FILE = Path(__file__).resolve().parents[1] / "data" / "matrix-test-ops.json"
+
+
 @pytest.fixture(scope="module")
 def cells(test_ops_matrix):
-    return matrix.summarize(test_ops_matrix)
+    """The session's fresh matrix, and the slow strategies' cells from the saved one (checked
+    against a fresh run there by tests/test_compiled.py's live cells)."""
+    saved = [r for r in records.load(MATRIX_FILE) if get_strategy(r.strategy).slow]
+    return {**matrix.summarize(test_ops_matrix), **matrix.summarize(saved)}
 
 
 @pytest.mark.parametrize("strategy,op,scenario", sorted(TABLE), ids=lambda x: x)

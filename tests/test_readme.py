@@ -23,8 +23,9 @@ def test_readme_strategies_table_is_generated_from_the_saved_matrix():
 
 def test_saved_matrix_equals_a_fresh_run(test_ops_matrix):
     """``test_ops_matrix`` (tests/conftest.py) is the session's one fresh run of the matrix."""
-    saved = json.loads(MATRIX_FILE.read_text())
     fresh = records.stable_records(test_ops_matrix)
+    ran = {r["strategy"] for r in fresh}  # the slow strategies' saved cells: tests/test_expectations.py
+    saved = [r for r in json.loads(MATRIX_FILE.read_text()) if r["strategy"] in ran]
     assert len(saved) == len(fresh)
     diffs = [(s["op"], s["sample"], s["scenario"], s["strategy"], s["status"], f["status"])
              for s, f in zip(saved, fresh) if s != f]

@@ -115,7 +115,11 @@ class BenchConfig:
 def strategy_labels() -> list[str]:
     """Every available strategy, plus ``per_formula+copy_rule`` (per_formula with the opt-in
     ``aten::copy`` vmap rule of :mod:`funcbwd.batching.copy` active)."""
-    names = available()
+    from funcbwd.strategies import get_strategy
+
+    # a slow strategy (compiled) times what its transform hook compiles: its own study
+    # (funcbwd.studies.compiled) benches it; here it would time plain
+    names = [n for n in available() if not get_strategy(n).slow]
     return names + ([COPY_RULE] if "per_formula" in names else [])
 
 

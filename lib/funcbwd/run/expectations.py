@@ -18,7 +18,8 @@ from typing import Any, Iterable
 from funcbwd.ops.registry import TEST_OPS
 from funcbwd.run.scenarios import BACKWARD_NAMES as SCENARIO_NAMES
 
-STRATEGIES = ("plain", "builtin", "handfixed", "composite", "hooks", "whole", "per_formula", "traced")
+STRATEGIES = ("plain", "builtin", "handfixed", "composite", "hooks", "whole", "per_formula", "traced",
+              "compiled")
 #: the strategies that run a legacy formula through functionalization
 FUNCTIONALIZING = ("composite", "hooks", "whole", "per_formula", "traced")
 INPLACE_OPS = ("diag", "index_select", "topk", "mode", "sort")
@@ -56,6 +57,14 @@ _SAVED_EXPAND = ("zeros_like(input.expand(...)) is built from a saved, non-funct
                  "masked_scatter_ of the functional grad into it asserts in functionalization")
 _FIRST_BACKWARD_OUTSIDE = ("the first backward runs outside vmap (formula as written); the vmapped "
                            "second backward differentiates the formula's recorded out-of-place ops")
+_CTX = ("under torch.func dynamo inlines the legacy Function's forward (dropping its backward, "
+        "pytorch#193279) and passes ctx into forward(*args): InternalTorchDynamoError "
+        "'AutogradFunctionContextVariable' has no 'proxy', before any backend")
+_FALLBACK = ("dynamo breaks the graph inside the transform and runs it eagerly, where the formula "
+             "as written meets vmap's in-place check (plain's failure)")
+_EAGER_PASS = "passes in dynamo's eager fallback, as plain does (no graph holds the transform)"
+_TORCH = ("compiled, but dynamo inlined the legacy Function's forward: the graph differentiates "
+          "torch.prod with torch's own formula (pytorch#193279), so it agrees with torch's gradient")
 _PROD_LEGACY_WRONG = ("the legacy formula is wrong here, not the strategy: for >= 2 zeros it returns "
                       "zeros_like(input) (no graph), so its second derivative is 0 where prod's "
                       "Hessian is not (sample 'full, two zeros'); the strategy agrees with the "
@@ -124,6 +133,23 @@ RULES: list[tuple[Any, Any, Any, Expected]] = [
         "back to per_formula, which passes with the input unbatched")),
     (["traced"], ["prod"], PRIMAL_BATCHING, _fail(
         "data_dependent", "untraceable, so the per_formula fallback runs, and " + _NONZERO, ran=False)),
+    # ---- compiled (a reference row: torch.compile, aot_eager, of the whole transform call)
+    (["compiled"], ["masked_select", "clamp", "diag", "index_select"], ["vmap_cotangents", *JACOBIANS],
+     _fail("other", _CTX, ran=False)),
+    (["compiled"], ["topk", "mode", "sort"], ALL, _fail("vmap_inplace", _FALLBACK, ran=False)),
+    (["compiled"], ["clamp", "diag", "index_select"], ["vmap_all_args"], _fail("vmap_inplace", _FALLBACK, ran=False)),
+    (["compiled"], ["diag", "index_select"], ["grad_inside_vmap"], _fail("vmap_inplace", _FALLBACK, ran=False)),
+    (["compiled"], ["masked_select", "clamp"], ["grad_inside_vmap"], _plain_path(_EAGER_PASS)),
+    (["compiled"], ALL, ["vjp_of_vjp"], _plain_path(_EAGER_PASS + "; the first backward runs outside vmap")),
+    (["compiled"], ["prod"], ["vmap_all_args", "grad_inside_vmap"], _fail(
+        "data_dependent", "eager fallback: nonzero/.item() in the formula meets vmap", ran=False)),
+    (["compiled"], ["prod"], ["vmap_jacrev"], _fail(
+        "data_dependent", "dim=1 samples: .item() under vmap (the full samples compile on torch's formula)",
+        ran=False)),
+    (["compiled"], ["prod"], ["vmap_cotangents"], _fail(
+        "other", "AOTAutograd raises 'Cannot access storage of TensorWrapper' on dynamo's graph (samples "
+        "'full, ...'; the eager backend passes them on torch's formula)", ran=False)),
+    (["compiled"], ["prod"], ["jacrev", "jacrev_jacrev", "jacfwd_jacrev"], _plain_path(_TORCH)),
     # ---- the legacy formula itself is wrong (checked against torch's own gradient): every
     # strategy that runs it inherits the error; mechanism_ran as the rules above say
     *[([st], ["prod"], [sc], Expected("mismatch", "legacy_wrong", ran, _PROD_LEGACY_WRONG))

@@ -47,10 +47,14 @@ def run_matrix(ops: Iterable[str] | None = None, scenarios: Iterable[str] | None
     return results
 
 
-def run_test_ops() -> list[CellResult]:
+def run_test_ops(*, slow: bool = True, progress=None) -> list[CellResult]:
     """The saved matrix (``data/matrix-test-ops.json``): the 8 test ops, every sample, scenario
-    and strategy."""
-    return run_matrix(registry.TEST_OPS, None, None)
+    and strategy; ``slow=False`` leaves out the slow strategies (``Strategy.slow``: the test
+    suite's fresh run)."""
+    from funcbwd.strategies import get_strategy
+
+    strategies = [s for s in available() if slow or not get_strategy(s).slow]
+    return run_matrix(registry.TEST_OPS, None, strategies, progress=progress)
 
 
 # ------------------------------------------------------------------------------ summaries

@@ -17,6 +17,7 @@ _MODULES = {
     "whole": ("whole", "Whole"),
     "per_formula": ("per_formula", "PerFormula"),
     "traced": ("traced", "Traced"),
+    "compiled": ("compiled", "Compiled"),
 }
 _INSTANCES: dict[str, Strategy] = {}
 

@@ -43,6 +43,9 @@ class Strategy:
     #: none by default; :meth:`with_rules` gives a copy that enters them (the OpInfo sweep runs
     #: the strategies acting on torch's own nodes that way, never ``builtin``).
     rules: tuple[str, ...] = ()
+    #: True for a strategy whose cells take seconds each (``compiled``: a torch.compile per
+    #: cell): the test suite checks its saved cells and a few live ones, not a fresh matrix
+    slow: ClassVar[bool] = False
 
     # --- what the scenarios differentiate -------------------------------------------------
     def function(self, op: "OpSpec") -> Callable[..., Any]:

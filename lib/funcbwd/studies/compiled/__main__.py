@@ -1,0 +1,41 @@
+"""``python -m funcbwd.studies.compiled [--out PATH] [--render PATH] [--quick]``: run the study,
+save the JSON (``--out``), print the text render (or re-render a saved file with ``--render``).
+Progress on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from funcbwd.studies.compiled import report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m funcbwd.studies.compiled", description=__doc__)
+    p.add_argument("--out", help="save the study's JSON here (e.g. data/compiled.json)")
+    p.add_argument("--render", metavar="PATH", help="only render a saved JSON file")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: eager backend, diag and prod, two scenarios, two cost cases")
+    args = p.parse_args(argv)
+    if args.render:
+        sys.stdout.write(report.render(report.load(args.render)))
+        return 0
+    # dynamo logs a warning per graph break it takes; the study records them itself
+    logging.getLogger("torch._dynamo").setLevel(logging.ERROR)
+    say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    if args.quick:
+        data = report.collect(("eager",), ("diag", "prod"), ("vmap_cotangents", "jacrev"),
+                              cost_cases=[("diag", "small"), ("diag", "large")], pairs=7,
+                              row=False, say=say)
+    else:
+        data = report.collect(say=say)
+    if args.out:
+        report.save(data, args.out)
+        say(f"saved {args.out}")
+    sys.stdout.write(report.render(data))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
