@@ -8,7 +8,7 @@ import torch
 import funcbwd
 from funcbwd import legacy
 from funcbwd.ops import registry
-from funcbwd.run import scenarios
+from funcbwd.run import scenario as scenarios
 from funcbwd.errors import UnknownNameError
 
 ALL = [(op.name, s) for op in registry.all_ops() for s in op.samples()]

@@ -15,7 +15,7 @@ from funcbwd.run import runner
 from funcbwd.errors import UnknownNameError
 from funcbwd.strategies import composite as C
 from funcbwd.strategies import get_strategy
-from funcbwd.run.scenarios import bind
+from funcbwd.run.scenario import bind
 
 
 @pytest.mark.parametrize("op", ["diag", "index_select", "topk"])

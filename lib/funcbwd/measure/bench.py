@@ -38,7 +38,7 @@ from funcbwd.measure.bench_inputs import cotangents, resize, shape_text
 from funcbwd.ops import registry
 from funcbwd.ops.registry import OpSpec, Sample
 from funcbwd.run import runner
-from funcbwd.run.scenarios import bind
+from funcbwd.run.scenario import bind
 from funcbwd.strategies import available, get_strategy
 
 

@@ -15,7 +15,7 @@ import torch
 from funcbwd.errors import parse_names
 from funcbwd.measure.bench_config import SIZES
 from funcbwd.ops.registry import OpSpec, Sample
-from funcbwd.run.scenarios import output_shapes
+from funcbwd.run.scenario import output_shapes
 
 
 def generator(seed: int) -> torch.Generator:

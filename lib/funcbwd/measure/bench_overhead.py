@@ -26,7 +26,7 @@ from funcbwd.measure.bench_config import COPY_RULE, NO_STRATEGY, NOOP_HOOK, TARG
 from funcbwd.measure.bench_inputs import generator, resize
 from funcbwd.ops import registry
 from funcbwd.ops.registry import OpSpec, Sample
-from funcbwd.run.scenarios import bind
+from funcbwd.run.scenario import bind
 from funcbwd.strategies import get_strategy
 
 

@@ -20,7 +20,7 @@ from torch.func import vmap
 
 from funcbwd.measure import timing
 from funcbwd.ops.registry import OpSpec, Sample
-from funcbwd.run.scenarios import bind, output_shapes
+from funcbwd.run.scenario import bind, output_shapes
 from funcbwd.strategies import get_strategy
 
 

@@ -15,8 +15,7 @@ from typing import Iterable
 from funcbwd.run.backward import BACKWARD
 from funcbwd.run.forward import FORWARD
 from funcbwd.run.functorch import FUNCTORCH
-from funcbwd.run.scenario import (BATCH, Case, Scenario, Trial, bind, in_dims_choices,  # noqa: F401
-                                  loop_vjp, output_shapes)
+from funcbwd.run.scenario import BATCH, Case, Scenario, Trial, in_dims_choices  # noqa: F401
 
 SCENARIOS: dict[str, Scenario] = {**BACKWARD, **FORWARD, **FUNCTORCH}
 SCENARIO_NAMES = tuple(SCENARIOS)

@@ -33,7 +33,8 @@ from funcbwd.run import matrix
 from funcbwd.run.compare import check_close, max_abs_error
 from funcbwd.run.outcomes import classify
 from funcbwd.run.runner import run
-from funcbwd.run.scenarios import SCENARIO_NAMES, bind, loop_vjp, output_shapes, stack_loop
+from funcbwd.run.scenario import bind, loop_vjp, output_shapes, stack_loop
+from funcbwd.run.scenarios import BACKWARD_NAMES as SCENARIO_NAMES
 from funcbwd.strategies import get_strategy
 from funcbwd.strategies.compiled import (BACKENDS, Compiled, CompileReport, collecting_reports,
                                          compile_call, for_backend)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from funcbwd.ops import registry
-from funcbwd.run.scenarios import SCENARIO_NAMES
+from funcbwd.run.scenarios import BACKWARD_NAMES as SCENARIO_NAMES
 from funcbwd.strategies.compiled import BACKENDS, DROP_ISSUE, Compiled
 from funcbwd.studies.compiled import cost, outcomes
 
