@@ -53,6 +53,8 @@ def _graph_html(op: str, strategy: str, scenario: str) -> str:
         return f"<i>no graph: {html.escape(type(e).__name__)}: {html.escape(first_line(str(e)))}</i>"
 
 
+#: the height of the trace and graph diff panels (each scrolls inside)
+PANEL_HEIGHT = "460px"
 #: the n-th explorer a kernel makes gets the n-th id (see :func:`_model_id`)
 _EXPLORER_IDS = itertools.count()
 _ID_NAMESPACE = uuid.UUID("6f1d3a52-5c7e-4f0b-9a36-0d2c1e8b7a41")
@@ -95,8 +97,11 @@ class Explorer:
         self.strategy = w.Dropdown(options=self.strategies, value=strategy, description="strategy")
         self.scenario = w.Dropdown(options=self.scenarios, value=scenario, description="scenario")
         self.status = w.HTML()
-        self.trace = w.HTML()
-        self.graph = w.HTML()
+        # Both panels are boxes of one fixed height that scroll inside: switching from a long
+        # trace to the graph diff then leaves the page as tall as it was (a panel as tall as its
+        # content shrank the page by thousands of px and left the view blank past its end).
+        self.trace = w.HTML(layout=w.Layout(height=PANEL_HEIGHT, overflow="auto"))
+        self.graph = w.HTML(layout=w.Layout(height=PANEL_HEIGHT, overflow="auto"))
         self.figure = go.FigureWidget(data=[go.Bar(
             x=self.strategies, y=[0] * len(self.strategies), marker_color="#bdbdbd", cliponaxis=False,
             text=[""] * len(self.strategies), textposition="outside", showlegend=False,
