@@ -6,7 +6,7 @@ jupytext's contents manager, over jupyter_server's). That must write back the co
 
 * fast, every pair, no kernel (:func:`build_notebooks.resaved`): open as JupyterLab opens it
   (jupytext combines the .py inputs with the .ipynb outputs; the output areas merge consecutive
-  stream outputs), save as it saves: header, cell markers, metadata and outputs unchanged; and
+  stream outputs; numbers go through JavaScript), save as it saves: header, cell markers, metadata and outputs unchanged; and
   each .py is exactly what jupytext writes for its .ipynb;
 * slow, a few notebooks (``RUN``): execute in a fresh kernel with nbclient, keep the outputs as
   JupyterLab holds them (streams merged), save through the same contents manager into a scratch
@@ -102,6 +102,22 @@ def test_a_split_stream_is_caught(tmp_path):
     assert changed == ["op_topk.ipynb"]
     build.merge_streams(nb)
     assert nb.cells[nb.cells.index(cell)].outputs[i].text == out.text
+
+
+def test_a_whole_float_is_caught(tmp_path):
+    """A real JupyterLab save (seen in tests/test_browser_save.py) writes plotly's colorscale
+    ``0.0`` back as ``0``: JavaScript has one number type."""
+    folder = _scratch_pair(tmp_path)
+    path = folder / "op_topk.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if any("application/vnd.plotly.v1+json" in o.get("data", {})
+                                           for o in c.get("outputs", [])))
+    out = next(o for o in cell.outputs if "application/vnd.plotly.v1+json" in o.get("data", {}))
+    out.data["application/vnd.plotly.v1+json"]["layout"]["height"] = 400.0
+    nbformat.write(nb, path)
+    changed = [f for f, (a, b) in build.resaved("op_topk", folder).items() if a != b]
+    assert changed == ["op_topk.ipynb"]
+    assert build.javascript_numbers({"a": [0.0, 0.5, -0.0, 1e22]}) == {"a": [0, 0.5, 0, 1e22]}
 
 
 def test_an_old_header_is_caught(tmp_path):

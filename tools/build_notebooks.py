@@ -10,11 +10,13 @@ written for it in ``notebooks/templates/op_chapters.py``.
     python tools/build_notebooks.py execute [NAME..]  # .py -> executed .ipynb (default: all)
     python tools/build_notebooks.py all [NAME..]      # generate + execute
     python tools/build_notebooks.py check             # generated files and pairs up to date?
+    python tools/build_notebooks.py resave [NAME..]   # open + save as JupyterLab does (no kernel)
 
 Execution uses nbclient with a per-cell timeout and without storing widget state (a
 ``FigureWidget``'s state would put the multi-MB plotly.js bundle into the .ipynb). Both files of a
 pair are then written exactly as JupyterLab saves them (:func:`lab_save`): stream outputs merged
-as JupyterLab's output area merges them, and the pair saved through jupytext's contents manager
+as JupyterLab's output area merges them, numbers as JavaScript writes them back, and the pair
+saved through jupytext's contents manager
 over jupyter_server's (what the jupytext server extension installs in ``make lab``), so the .py
 carries the header and cell markers jupytext writes. Running a notebook top to bottom in the lab
 and saving it therefore changes nothing git sees (``tests/test_notebook_roundtrip.py``).
@@ -170,6 +172,30 @@ def merge_streams(nb) -> None:
             cell.outputs = merged
 
 
+def javascript_numbers(obj):
+    """``obj`` (a notebook or any part of it) with its numbers as they come back from JupyterLab:
+    the notebook travels to the browser and back as JSON read and written by JavaScript, which
+    has one number type, so a whole float (``0.0`` in a plotly colorscale) comes back as an integer
+    (``0``). Floats that are not whole keep their shortest repr either way."""
+    if isinstance(obj, float):
+        return int(obj) if obj.is_integer() and abs(obj) < 1e21 else obj
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            obj[k] = javascript_numbers(v)
+        return obj
+    if isinstance(obj, list):
+        obj[:] = [javascript_numbers(v) for v in obj]
+    return obj
+
+
+def as_jupyterlab_holds(nb):
+    """What JupyterLab does to a notebook it opens or runs before it saves it: consecutive stream
+    outputs merged (:func:`merge_streams`), numbers through JavaScript (:func:`javascript_numbers`)."""
+    merge_streams(nb)
+    javascript_numbers(nb)
+    return nb
+
+
 def contents_manager(root: Path):
     """The contents manager ``make lab`` saves through: jupyter_server's default
     (``AsyncLargeFileManager``) wrapped by jupytext, as the jupytext server extension does, serving
@@ -215,9 +241,7 @@ def resaved(name: str, folder: Path = NOTEBOOKS) -> dict[str, tuple[bytes, bytes
         for p in files:
             shutil.copy2(p, root / "notebooks" / p.name)
         ipynb = root / "notebooks" / f"{name}.ipynb"
-        nb = lab_load(ipynb, root)
-        merge_streams(nb)  # what JupyterLab's output areas do with the outputs they load
-        lab_save(nb, ipynb, root)
+        lab_save(as_jupyterlab_holds(lab_load(ipynb, root)), ipynb, root)
         return {p.name: (p.read_bytes(), (root / "notebooks" / p.name).read_bytes()) for p in files}
 
 
@@ -261,7 +285,7 @@ def run(name: str, timeout: int = CELL_TIMEOUT, folder: Path = NOTEBOOKS):
         else:
             os.environ["PYTHONHASHSEED"] = env_hash
     nb.metadata.pop("widgets", None)  # belt and braces: never store widget state
-    merge_streams(nb)
+    as_jupyterlab_holds(nb)
     for i, cell in enumerate(nb.cells):  # stable ids: a rebuild changes only what changed
         cell.id = f"{name}-{i}"[-64:]
     return nb
@@ -279,7 +303,7 @@ def execute(name: str, timeout: int = CELL_TIMEOUT, root: Path = ROOT) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=["generate", "execute", "all", "check"])
+    p.add_argument("command", choices=["generate", "execute", "all", "check", "resave"])
     p.add_argument("names", nargs="*", help="notebook names (default: all), e.g. 00_overview op_diag")
     p.add_argument("--timeout", type=int, default=CELL_TIMEOUT, help="seconds per cell")
     args = p.parse_args(argv)
@@ -291,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
                      for f, (a, b) in resaved(n).items() if a != b]
         print("\n".join(problems) or "all notebooks generated and in sync")
         return 1 if problems else 0
+    if args.command == "resave":  # open and save as JupyterLab does, without a kernel
+        for name in args.names or notebook_names():
+            ipynb = NOTEBOOKS / f"{name}.ipynb"
+            lab_save(as_jupyterlab_holds(lab_load(ipynb)), ipynb)
+            print(f"resaved {name}")
+        return 0
     if args.command in ("generate", "all"):
         for path in generate():
             print(f"generated {path.relative_to(ROOT)}")
