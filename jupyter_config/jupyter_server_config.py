@@ -5,3 +5,25 @@ import os
 
 # lab/settings/overrides.json: no "get notified about official Jupyter news?" prompt, no update check.
 c.LabApp.app_settings_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lab", "settings")
+
+# Kernels inherit the server's environment. String hashing fixed as in the stored notebooks
+# (tools/build_notebooks.py executes them with PYTHONHASHSEED=0): set iteration orders, and so the
+# outputs, are the same, and running a notebook and saving it rewrites nothing.
+os.environ.setdefault("PYTHONHASHSEED", "0")
+
+
+def _drop_plotly_snapshots(model, **kwargs):
+    """jupyterlab-plotly adds a PNG snapshot of each figure it draws to that figure's output (taken
+    at the size it was drawn: it differs by screen, browser and which figures were scrolled to).
+    The notebooks store each figure's JSON only, so the snapshot is dropped on save and running a
+    notebook and saving it rewrites nothing (tests/test_browser_save.py)."""
+    if model.get("type") != "notebook":
+        return
+    for cell in model["content"].get("cells", []):
+        for out in cell.get("outputs") or []:
+            data = out.get("data") or {}
+            if "application/vnd.plotly.v1+json" in data:
+                data.pop("image/png", None)
+
+
+c.ContentsManager.pre_save_hook = _drop_plotly_snapshots

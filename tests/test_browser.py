@@ -7,7 +7,8 @@ plotly heatmap and the explorer widgets rendered, changes the op dropdown and ch
 text changed. At 1280 px wide, as stored (opened, before running) and after running: the
 decision block is on the first screen without scrolling; the stored explorer shows its static
 snapshot, not the widget's raw text repr; nothing in the explorer's output (graph diff and trace
-opened) is wider than the output area. Screenshots go to test-output/browser/. Server and
+opened) is wider than the output area; with the long trace open and the notebook scrolled to its
+end, switching to the graph diff leaves it on screen. Screenshots go to test-output/browser/. Server and
 browser are always stopped.
 
 Chromium is Debian's (/usr/bin/chromium, driven by the playwright package); Playwright's own
@@ -394,8 +395,52 @@ def _drive(page, base: str, notebook: str, timings: dict[str, float], t0: float)
         "the explorer's trace and graph diff panels did not open (nothing was measured)"
     assert not live["overflow"], \
         f"the live explorer (trace and graph diff opened) is wider than its output area: {live['overflow']}"
+    check_switch_to_graph_diff(page)
     assert not console, f"JavaScript errors on the page: {console}"
     return time.monotonic()
+
+
+# The explorer's accordion: open the trace (panel 0) if it is not, scroll the notebook to its end
+# (a reader of the long trace scrolls down), bring the "graph diff" header on screen and click
+# it; then how much of the graph diff panel is on screen.
+OPEN_TRACE = """() => {
+  const nb = window.jupyterapp.shell.currentWidget.content;
+  const cell = nb.widgets.find(w => w.node.querySelector('.jupyter-widget-Collapse') && w.node.innerText.includes('graph diff'));
+  if (!cell) return false;
+  const [trace] = cell.node.querySelectorAll('.jupyter-widget-Collapse');
+  if (!trace.classList.contains('jupyter-widget-Collapse-open')) trace.querySelector('.jupyter-widget-Collapse-header').click();
+  return true;
+}"""
+TO_THE_END = """() => { const nb = window.jupyterapp.shell.currentWidget.content;
+  const o = nb.outerNode || nb.node; o.scrollTop = o.scrollHeight; }"""
+GRAPH_PANEL = """() => {
+  const nb = window.jupyterapp.shell.currentWidget.content;
+  const cell = nb.widgets.find(w => w.node.querySelector('.jupyter-widget-Collapse') && w.node.innerText.includes('graph diff'));
+  const graph = cell.node.querySelectorAll('.jupyter-widget-Collapse')[1];
+  const box = (graph.querySelector('.jupyter-widget-Collapse-contents') || graph).getBoundingClientRect();
+  const view = (nb.outerNode || nb.node).getBoundingClientRect();
+  return {open: graph.classList.contains('jupyter-widget-Collapse-open'),
+          on_screen: Math.max(0, Math.min(box.bottom, view.bottom) - Math.max(box.top, view.top)),
+          top: box.top, bottom: box.bottom, view_top: view.top, view_bottom: view.bottom};
+}"""
+
+
+def check_switch_to_graph_diff(page) -> None:
+    """With the long trace open and the notebook scrolled to its end, switching the explorer to
+    "graph diff" must leave the graph diff on screen (it used to leave the view blank past the
+    end of the notebook: the page shrank by the trace's height)."""
+    assert page.evaluate(OPEN_TRACE), "no explorer accordion with a graph diff panel"
+    page.wait_for_timeout(1500)
+    page.evaluate(TO_THE_END)
+    page.wait_for_timeout(1000)
+    header = page.locator(".jupyter-widget-Collapse-header", has_text="graph diff").first
+    header.scroll_into_view_if_needed()
+    header.click()
+    page.wait_for_timeout(2500)
+    seen = page.evaluate(GRAPH_PANEL)
+    shot(page, "overview_explorer_graph_diff_after_trace.png")
+    assert seen["open"] and seen["on_screen"] >= 100, \
+        f"after switching from the trace to the graph diff the view shows {seen['on_screen']:.0f} px of it: {seen}"
 
 
 EXPLORER_CHART = """([sel]) => {

@@ -182,12 +182,7 @@ else:
 
 # %% tags=["nbval-ignore-output"]
 if saved_bench is not None:
-    import plotly.graph_objects as go
-
-    rows = [r for r in bench_results.overhead_rows(saved_bench) if r["op"] == OP]
-    go.Figure(go.Bar(x=[r["label"] for r in rows], y=[r["us_per_node_vs_none"] for r in rows]),
-              layout=dict(title=f"{OP}, vmap off: us per node over no strategy", height=320,
-                          yaxis_title="us per node")).show()
+    plots.overhead_chart(saved_bench, ops=[OP]).show()
 
 # %% [markdown]
 # ## 6. Verdict

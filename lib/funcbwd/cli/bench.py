@@ -1,7 +1,8 @@
 """``python -m funcbwd bench``: run the benchmark from a terminal (:mod:`funcbwd.measure.bench`).
 
-Prints the ratio table, the headline, the targets and the hooks claim; ``--out`` writes the
-JSON result (raw samples included) that the README, the report and the notebooks read. Importing
+Prints the ratio table, the headline, where handfixed is not the floor, the targets and the hooks
+claim; ``--out`` writes the JSON result (raw samples included, plus the profile section of
+:mod:`funcbwd.measure.bench_profile`) that the README, the report and the notebooks read. Importing
 this module imports no torch (the library is imported inside the functions).
 """
 
@@ -35,6 +36,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clock", default=None,
                    help="clock for medians and ratios: thread_cpu (default) or wall (both are recorded)")
     p.add_argument("--out", default=None, help="write the JSON result here")
+    p.add_argument("--no-profile", action="store_true",
+                   help="skip the profile section (diag, B=64: handfixed, per_formula, traced)")
     options.add_common(p)
 
 
@@ -72,11 +75,13 @@ def config_from_args(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
-    from funcbwd.measure import bench, bench_results, bench_text
+    from funcbwd.measure import bench, bench_profile, bench_results, bench_text
 
     cfg = config_from_args(args)
     with options.progress_of(args, "bench") as progress:
         results = bench.run_bench(cfg, progress)
+        if not args.no_profile:  # where one cell's time goes, saved so notebooks need not time live
+            results["profile"] = bench_profile.profile_section(progress=progress)
     width = options.width_of(args)
     print(bench_text.format_ratios(results, width=width))
     print(bench_text.format_summary(results, width))

@@ -17,13 +17,22 @@ def fmt(x: Any, digits: int = 2) -> str:
 def format_ratios(results: dict[str, Any], size: str = "small", width: int = WIDTH) -> str:
     rows = [r for r in bench_results.ratios(results) if r["size"] == size]
     rows = [[r["op"], r["batch"], r["label"], fmt(r["ratio_vs_handfixed"]),
-             fmt(r["ratio_vs_builtin"]), fmt(r["speedup_vs_loop"], 1)]
+             fmt(r["ratio_vs_builtin"]), fmt(r["ratio_vs_floor"]), fmt(r["speedup_vs_loop"], 1)]
             for r in sorted(rows, key=lambda r: (r["op"], r["batch"], r["label"]))]
     head = (f"{size} inputs: time under vmap as ratios (lower is better), and the speedup over the "
-            "per-sample loop")
+            "per-sample loop; x floor = x the cheaper of handfixed and builtin")
     return paragraph(head, width) + "\n" + table(
-        ["op", "B", "label", "x handfixed", "x builtin", "x loop"], rows, width=width,
-        align="lrlrrr")
+        ["op", "B", "label", "x handfixed", "x builtin", "x floor", "x loop"], rows, width=width,
+        align="lrlrrrr")
+
+
+def format_reference_check(results: dict[str, Any], width: int = WIDTH) -> str:
+    """Where handfixed is (not) the floor, per op and size (:func:`bench_results.reference_check`)."""
+    rows = bench_results.reference_check(results)
+    head = ("is handfixed the floor? (traced and builtin vs handfixed; not the floor where a "
+            "functional formula is faster beyond the noise)")
+    return "\n".join([paragraph(head, width)] + [paragraph(r["text"], width, "  ", "    ")
+                                                  for r in rows])
 
 
 def format_headline(h: dict[str, Any], width: int = WIDTH) -> str:
@@ -33,14 +42,17 @@ def format_headline(h: dict[str, Any], width: int = WIDTH) -> str:
         if not d.get("best"):
             rows.append([op, "-", d.get("reason", ""), "", "", ""])
             continue
-        rows.append([op, d["best"], "", fmt(d["worst_ratio_vs_handfixed"]),
+        large = h.get("size") == "large"
+        rows.append([op, d["best"], "",
+                     fmt(d["worst_ratio_vs_floor"] if large else d["worst_ratio_vs_handfixed"]),
                      fmt(d["worst_ratio_vs_builtin"]), fmt(d["min_speedup_vs_loop"], 1)])
+    vs = f"x {bench_results.FLOOR}" if h.get("size") == "large" else "x handfixed"
     if all(not r[2] for r in rows):  # no op without a best: no "why not" column
         rows = [r[:2] + r[3:] for r in rows]
-        header = ["op", "best", "x handfixed", "x builtin", "x faster than loop"]
+        header = ["op", "best", vs, "x builtin", "x faster than loop"]
         align = "llrrr"
     else:
-        header = ["op", "best", "why none", "x handfixed", "x builtin", "x faster than loop"]
+        header = ["op", "best", "why none", vs, "x builtin", "x faster than loop"]
         align = "lllrrr"
     return (paragraph(f"headline ({h['criteria']}):", width) + "\n"
             + table(header, rows, width=width, align=align, indent="  "))
@@ -86,6 +98,7 @@ def format_summary(results: dict[str, Any], width: int = WIDTH) -> str:
     parts = [format_headline(bench_results.headline(results), width)]
     if "large" in results["config"]["sizes"]:
         parts.append(format_headline(bench_results.headline(results, size="large"), width))
-    parts += [format_targets(results, width), format_hooks_claim(results, width),
+    parts += [format_reference_check(results, width), format_targets(results, width),
+              format_hooks_claim(results, width),
               f"elapsed: {results.get('elapsed_s')} s (config {results['config'].get('name')})"]
     return "\n".join(parts)

@@ -139,10 +139,14 @@ def chart(d: Decision):
     from plotly.subplots import make_subplots
 
     crit = list(d.criteria)
-    cols = 4
+    cols, left, spacing = 4, 90, 0.09
     nrows = -(-len(crit) // cols)
-    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=[c.label for c in crit],
-                        horizontal_spacing=0.09, vertical_spacing=0.22 if nrows > 1 else 0.1)
+    # Subplot titles wrapped to their panel's width on a 1280 px screen (a long one was clipped).
+    panel = (figstyle.SCREEN_WIDTH - left - 24) * (1 - spacing * (cols - 1)) / cols
+    titles = [figstyle.wrap_to(c.label, panel - 8, 16) for c in crit]
+    lines = max(t.count("<br>") + 1 for t in titles)
+    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=titles, horizontal_spacing=spacing,
+                        vertical_spacing=(0.2 + 0.04 * lines) if nrows > 1 else 0.1)
     names = [r["strategy"] for r in d.rows][::-1]
     missing = []
     for i, c in enumerate(crit):
@@ -170,7 +174,8 @@ def chart(d: Decision):
                f"{d.basis}. Costs: {d.sources.get('costs', '')}."
                + (f" Not measured: {', '.join(missing)}." if missing else ""))
     figstyle.style(fig, f"Decision: {d.pick}, on every criterion", x_title="", y_title="",
-                   height=250 * nrows + 200, caption=caption, left=90, above=28)
+                   height=(250 + 22 * lines) * nrows + 200, caption=caption, left=left,
+                   above=22 * lines + 6)
     for i, c in enumerate(crit):  # style() set one x title for all panels: put the units back
         vals = [r.get(c.name) for r in d.rows if r.get(c.name) is not None]
         top = max([abs(v) for v in vals] + [1e-9 if c.unit in ("x time", "µs/node") else 4])

@@ -16,6 +16,8 @@ cell to interact", instead of the widget's raw text repr. With a kernel the live
 from __future__ import annotations
 
 import html
+import itertools
+import uuid
 from typing import Any, Callable, Sequence
 
 from funcbwd.ops import registry
@@ -51,6 +53,21 @@ def _graph_html(op: str, strategy: str, scenario: str) -> str:
         return f"<i>no graph: {html.escape(type(e).__name__)}: {html.escape(first_line(str(e)))}</i>"
 
 
+#: the height of the trace and graph diff panels (each scrolls inside)
+PANEL_HEIGHT = "460px"
+#: the n-th explorer a kernel makes gets the n-th id (see :func:`_model_id`)
+_EXPLORER_IDS = itertools.count()
+_ID_NAMESPACE = uuid.UUID("6f1d3a52-5c7e-4f0b-9a36-0d2c1e8b7a41")
+
+
+def _model_id() -> str:
+    """The explorer's widget model id (the comm id JupyterLab finds the live widget by, and the
+    only part of a widget's output a saved notebook stores): the same in every fresh kernel run
+    top to bottom, so re-running and saving a notebook does not rewrite it; a random id (the
+    ipywidgets default) would. Unique within a kernel: each explorer takes the next number."""
+    return uuid.uuid5(_ID_NAMESPACE, f"funcbwd-explorer-{next(_EXPLORER_IDS)}").hex
+
+
 class Explorer:
     """Dropdowns op / strategy / scenario driving a status line, a trace, a graph diff and a
     bar chart of every strategy on the chosen op and scenario."""
@@ -80,14 +97,17 @@ class Explorer:
         self.strategy = w.Dropdown(options=self.strategies, value=strategy, description="strategy")
         self.scenario = w.Dropdown(options=self.scenarios, value=scenario, description="scenario")
         self.status = w.HTML()
-        self.trace = w.HTML()
-        self.graph = w.HTML()
+        # Both panels are boxes of one fixed height that scroll inside: switching from a long
+        # trace to the graph diff then leaves the page as tall as it was (a panel as tall as its
+        # content shrank the page by thousands of px and left the view blank past its end).
+        self.trace = w.HTML(layout=w.Layout(height=PANEL_HEIGHT, overflow="auto"))
+        self.graph = w.HTML(layout=w.Layout(height=PANEL_HEIGHT, overflow="auto"))
         self.figure = go.FigureWidget(data=[go.Bar(
             x=self.strategies, y=[0] * len(self.strategies), marker_color="#bdbdbd", cliponaxis=False,
             text=[""] * len(self.strategies), textposition="outside", showlegend=False,
             hovertemplate="%{x}: %{customdata}<extra></extra>", customdata=[""] * len(self.strategies))])
         figstyle.status_legend(self.figure, display.STATUS_ORDER, display.STATUS_LABEL, display.STATUS_COLOR)
-        figstyle.style(self.figure, "", x_title="strategy", y_title="samples passed [%]", height=330,
+        figstyle.style(self.figure, "", x_title="strategy", y_title="samples passed [%]", height=400,
                        legend_title="status:",
                        caption="Bar: share of this cell's samples that match the per-sample loop; "
                                "the label names the cell's status (a FAIL at 0% has no bar).")
@@ -99,7 +119,7 @@ class Explorer:
             w.HBox([self.op, self.strategy, self.scenario]),
             self.status, self.figure,
             w.Accordion(children=[self.trace, self.graph], titles=("dispatch-key trace", "graph diff")),
-        ])
+        ], model_id=_model_id())
         self.update()
 
     # --- data ------------------------------------------------------------------------------

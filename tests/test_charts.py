@@ -1,0 +1,125 @@
+"""Every chart the notebooks and the report draw reads well at 1280 px: built from the saved data
+(the same calls the notebooks and ``funcbwd.views.report`` make), each is checked from its layout
+by :func:`funcbwd.views.figstyle.layout_problems`: no annotation without text (plotly draws its
+"new text" placeholder there), no title wider than its room at the width a 1280 px screen gives a
+figure (:data:`funcbwd.views.figstyle.SCREEN_WIDTH`), and room between panels for the tick labels,
+axis titles and subplot titles that sit there. Mutations prove each check can fail.
+
+Fast (no kernel, no browser): about two seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import plotly.graph_objects as go
+import pytest
+from plotly.subplots import make_subplots
+
+from funcbwd.views import figstyle
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+
+
+def _bench():
+    from funcbwd.measure import bench_results
+
+    return bench_results.load(str(DATA / "bench-quick.json"))
+
+
+def charts() -> dict[str, go.Figure]:
+    """Every figure the notebooks and the report show, by where it is shown."""
+    from funcbwd.measure import bench_profile, coverage_cost, coverage_summary, profile, review
+    from funcbwd.run import records
+    from funcbwd.views import decision, display, plots
+    from funcbwd.views.widgets import Explorer
+
+    bench = _bench()
+    out = {f"bench {name}": fig for name, fig in plots.all_figures(bench).items()}
+    for metric in ("ratio_vs_handfixed", "ratio_vs_builtin", "speedup_vs_loop"):  # op notebooks
+        out[f"op notebook {metric}"] = plots.ratio_vs_batch(bench, "small", metric, ops=["diag"], cols=1)
+    out["op notebook vmap off"] = plots.overhead_chart(bench, ops=["diag"])
+    for st, b in bench_profile.breakdowns(bench).items():
+        out[f"profile {st}"] = profile.figure(b)
+    evidence = review.load_evidence(DATA / review.EVIDENCE_FILE)
+    out["decision"] = decision.chart(review.decision(evidence))
+    results = records.load(DATA / "matrix-test-ops.json")
+    out["matrix heatmap (overview)"] = display.matrix_heatmap(results, title="8 test ops x 8 scenarios")
+    diag = [r for r in results if r.op == "diag"]
+    out["matrix heatmap (op notebook)"] = display.matrix_heatmap(diag, title="diag: scenario x strategy")
+    out["explorer"] = Explorer(results, strategies=sorted({r.strategy for r in results}),
+                               scenarios=sorted({r.scenario for r in results}),
+                               trace_view=lambda *a: "", graph_view=lambda *a: "").figure
+    sweep = str(DATA / "coverage-all.json.gz")
+    out["coverage summary"] = coverage_summary.summary_figure(coverage_summary.load(sweep))
+    out["coverage cost"] = coverage_cost.cost_figure(coverage_summary.load_cost(sweep))
+    return out
+
+
+@pytest.fixture(scope="module")
+def all_charts():
+    return charts()
+
+
+def test_the_catalog_holds_every_chart(all_charts):
+    # the profile section is in the saved run, and both size classes are drawn
+    assert {"profile traced", "bench ratio_vs_floor_large", "decision", "explorer"} <= set(all_charts)
+    assert len(all_charts) >= 20
+
+
+def test_every_chart_reads_well_at_1280_px(all_charts):
+    problems = {name: figstyle.layout_problems(fig) for name, fig in all_charts.items()}
+    problems = {k: v for k, v in problems.items() if v}
+    assert not problems, "\n".join(f"{k}:\n  " + "\n  ".join(v) for k, v in problems.items())
+
+
+def test_no_chart_has_an_annotation_without_text(all_charts):
+    empty = {name: sum(1 for a in fig.layout.annotations if not (a.text or "").strip())
+             for name, fig in all_charts.items()}
+    assert not any(empty.values()), {k: v for k, v in empty.items() if v}
+
+
+# ------------------------------------------------------------------------------ the checks can fail
+def test_an_empty_annotation_is_found():
+    fig = go.Figure(go.Scatter(x=[1], y=[1]))
+    fig.add_hline(y=1, annotation_position="top left")  # what plots.py used to do: no text
+    assert any("no text" in p for p in figstyle.layout_problems(fig))
+
+
+def test_a_long_subplot_title_is_found_and_wrapping_fixes_it():
+    label = "passes without vmap's slow per-sample fallback [cells]"
+    fig = make_subplots(rows=1, cols=4, subplot_titles=[label] * 4)
+    assert any("subplot title wider" in p for p in figstyle.layout_problems(fig))
+    width = (figstyle.SCREEN_WIDTH - 160) * 0.2
+    wrapped = make_subplots(rows=1, cols=4, subplot_titles=[figstyle.wrap_to(label, width, 16)] * 4)
+    assert not any("subplot title wider" in p for p in figstyle.layout_problems(wrapped))
+
+
+def test_crowded_panels_are_found():
+    tight = make_subplots(rows=2, cols=3, horizontal_spacing=0.01, vertical_spacing=0.02,
+                          subplot_titles=list("abcdef"))
+    tight.update_yaxes(title_text="y")
+    tight.update_xaxes(title_text="x")
+    found = figstyle.layout_problems(tight)
+    assert any("between panels" in p for p in found) and any("between rows" in p for p in found)
+    tall = go.Figure(go.Scatter(x=[1], y=[1]), layout={"height": 200})
+    tall.update_yaxes(title_text="a y axis title much taller than a 200 px high figure leaves room for")
+    assert any("y axis title taller" in p for p in figstyle.layout_problems(tall))
+
+
+def test_the_bench_chart_would_fail_with_titles_on_every_panel():
+    from funcbwd.views import plots
+
+    fig = copy.deepcopy(plots.ratio_vs_batch(_bench(), "small", "ratio_vs_handfixed"))
+    assert not figstyle.layout_problems(fig)
+    fig.update_yaxes(title_text="time / handfixed's time (x, lower is better)")  # the old titles
+    assert any("y axis title taller" in p for p in figstyle.layout_problems(fig))
+
+
+def test_text_width_estimate_orders_text_sensibly():
+    assert figstyle.text_width("mmmm") > figstyle.text_width("iiii")
+    assert figstyle.text_width("ab<br>abcdef") == figstyle.text_width("abcdef")
+    assert figstyle.text_width("<b>bold</b>") == figstyle.text_width("bold")
+    assert figstyle.text_width("x" * 10, 20) == 2 * figstyle.text_width("x" * 10, 10)

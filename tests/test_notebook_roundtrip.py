@@ -1,0 +1,176 @@
+"""Running a notebook and saving it changes nothing git sees.
+
+A person runs ``make lab``, runs a notebook top to bottom and saves it (or autosave does): both
+files of the jupytext pair are rewritten by JupyterLab's save path (the notebook model through
+jupytext's contents manager, over jupyter_server's). That must write back the committed bytes:
+
+* fast, every pair, no kernel (:func:`build_notebooks.resaved`): open as JupyterLab opens it
+  (jupytext combines the .py inputs with the .ipynb outputs; the output areas merge consecutive
+  stream outputs; numbers go through JavaScript), save as it saves: header, cell markers, metadata and outputs unchanged; and
+  each .py is exactly what jupytext writes for its .ipynb;
+* slow, a few notebooks (``RUN``): execute in a fresh kernel with nbclient, keep the outputs as
+  JupyterLab holds them (streams merged), save through the same contents manager into a scratch
+  copy of the repository, and compare both files byte for byte with the committed ones. That
+  catches live timings, memory addresses, random widget ids and anything else that changes from
+  run to run. What it costs is measured and printed (``-s``).
+
+The browser test (``tests/test_browser_save.py``) does the same through a real JupyterLab.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import json
+import shutil
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+#: executed fresh by the slow test: one op notebook and the overview (which holds the explorer
+#: widget); about 10 s and 25 s of kernel time on this machine
+RUN = ("op_topk", "00_overview")
+
+pytestmark = pytest.mark.notebooks
+
+
+def _build_tool():
+    spec = importlib.util.spec_from_file_location("build_notebooks", ROOT / "tools" / "build_notebooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+build = _build_tool()
+NAMES = build.notebook_names()
+
+
+def _diff(name: str, a: bytes, b: bytes, limit: int = 40) -> str:
+    lines = list(difflib.unified_diff(a.decode().splitlines(), b.decode().splitlines(),
+                                      "committed", "after save", lineterm="", n=1))
+    return f"{name}:\n" + "\n".join(lines[:limit]) + ("\n..." if len(lines) > limit else "")
+
+
+# ------------------------------------------------------------------------------ fast, every pair
+@pytest.mark.parametrize("name", NAMES)
+def test_opening_and_saving_in_the_lab_rewrites_nothing(name):
+    changed = [_diff(f, a, b) for f, (a, b) in build.resaved(name).items() if a != b]
+    assert not changed, "a save from JupyterLab would rewrite:\n" + "\n".join(changed)
+
+
+def test_every_py_is_what_jupytext_writes():
+    assert build.not_as_jupytext_writes() == [], "run: python tools/build_notebooks.py execute NAME"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stored_streams_are_as_jupyterlab_holds_them(name):
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    for i, cell in enumerate(nb.cells):
+        outs = cell.get("outputs", [])
+        for a, b in zip(outs, outs[1:]):
+            assert not (a.output_type == b.output_type == "stream" and a.name == b.name), \
+                f"cell {i}: two consecutive {a.name} outputs (JupyterLab merges them on load)"
+        for out in outs:
+            if out.output_type == "stream":
+                assert "\r" not in out.text and "\b" not in out.text, f"cell {i}: \\r or \\b in {out.name}"
+
+
+# ------------------------------------------------------------------------------ the checks can fail
+def _scratch_pair(tmp_path: Path, name: str = "op_topk") -> Path:
+    for p in (NOTEBOOKS / f"{name}.ipynb", NOTEBOOKS / f"{name}.py"):
+        shutil.copy2(p, tmp_path / p.name)
+    return tmp_path
+
+
+def test_a_split_stream_is_caught(tmp_path):
+    folder = _scratch_pair(tmp_path)
+    path = folder / "op_topk.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if any(o.output_type == "stream" and o.text.count("\n") > 2
+                                           for o in c.get("outputs", [])))
+    out = next(o for o in cell.outputs if o.output_type == "stream" and o.text.count("\n") > 2)
+    head, tail = out.text.split("\n", 1)
+    i = cell.outputs.index(out)
+    cell.outputs[i:i + 1] = [nbformat.v4.new_output("stream", name=out.name, text=head + "\n"),
+                             nbformat.v4.new_output("stream", name=out.name, text=tail)]
+    nbformat.write(nb, path)
+    changed = [f for f, (a, b) in build.resaved("op_topk", folder).items() if a != b]
+    assert changed == ["op_topk.ipynb"]
+    build.merge_streams(nb)
+    assert nb.cells[nb.cells.index(cell)].outputs[i].text == out.text
+
+
+def test_a_whole_float_is_caught(tmp_path):
+    """A real JupyterLab save (seen in tests/test_browser_save.py) writes plotly's colorscale
+    ``0.0`` back as ``0``: JavaScript has one number type."""
+    folder = _scratch_pair(tmp_path)
+    path = folder / "op_topk.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if any("application/vnd.plotly.v1+json" in o.get("data", {})
+                                           for o in c.get("outputs", [])))
+    out = next(o for o in cell.outputs if "application/vnd.plotly.v1+json" in o.get("data", {}))
+    out.data["application/vnd.plotly.v1+json"]["layout"]["height"] = 400.0
+    nbformat.write(nb, path)
+    changed = [f for f, (a, b) in build.resaved("op_topk", folder).items() if a != b]
+    assert changed == ["op_topk.ipynb"]
+    assert build.javascript_numbers({"a": [0.0, 0.5, -0.0, 1e22]}) == {"a": [0, 0.5, 0, 1e22]}
+
+
+def test_an_old_header_is_caught(tmp_path):
+    folder = _scratch_pair(tmp_path)
+    py = folder / "op_topk.py"
+    py.write_text(py.read_text().replace("#       jupytext_version:", "#       old_jupytext_version:"))
+    changed = [f for f, (a, b) in build.resaved("op_topk", folder).items() if a != b]
+    assert changed == ["op_topk.py"]
+
+
+def test_generated_op_notebooks_are_as_jupytext_writes_them():
+    import jupytext
+
+    for op in build.OP_NOTEBOOKS:
+        text = build.op_notebook_text(op)
+        assert jupytext.writes(jupytext.reads(text, fmt="py:percent"), fmt="py:percent") == text, op
+        assert f"jupytext_version: {jupytext.__version__}" in text
+        first_code = next(c for c in jupytext.reads(text, fmt="py:percent").cells if c.cell_type == "code")
+        assert first_code.source.startswith("# Generated by tools/build_notebooks.py"), op
+
+
+def test_explorer_widget_ids_repeat_in_a_fresh_process():
+    """The only part of a live widget a saved notebook stores is its model id: the same ids in
+    the same order in every fresh kernel, never the same id twice in one."""
+    import subprocess
+    import sys
+
+    code = ("import ipywidgets\nfrom funcbwd.views import widgets\n"
+            "print([widgets._model_id() for _ in range(3)])")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           timeout=120).stdout for _ in range(2)]
+    ids = json.loads(runs[0].replace("'", '"'))
+    assert runs[0] == runs[1] and len(set(ids)) == 3
+
+
+# ------------------------------------------------------------------------------ slow: run and save
+def _scratch_repo(tmp_path: Path, name: str) -> Path:
+    root = tmp_path / "repo"
+    (root / "notebooks").mkdir(parents=True)
+    shutil.copytree(ROOT / "data", root / "data")
+    for p in (NOTEBOOKS / f"{name}.ipynb", NOTEBOOKS / f"{name}.py"):
+        shutil.copy2(p, root / "notebooks" / p.name)
+    return root
+
+
+@pytest.mark.parametrize("name", RUN)
+def test_running_top_to_bottom_and_saving_rewrites_nothing(name, tmp_path):
+    root = _scratch_repo(tmp_path, name)
+    start = time.perf_counter()
+    seconds = build.execute(name, root=root)
+    print(f"\n{name}: executed in {seconds:.1f} s, saved; {time.perf_counter() - start:.1f} s in all")
+    changed = [_diff(p.name, p.read_bytes(), (root / "notebooks" / p.name).read_bytes())
+               for p in (NOTEBOOKS / f"{name}.ipynb", NOTEBOOKS / f"{name}.py")
+               if p.read_bytes() != (root / "notebooks" / p.name).read_bytes()]
+    assert not changed, ("running the notebook in a fresh kernel and saving it rewrote:\n"
+                         + "\n".join(changed))
