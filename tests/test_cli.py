@@ -290,8 +290,8 @@ def test_the_matrix_table_fits_100_columns_in_its_worst_case():
              dict(status="mismatch", fallback_ops=["aten::copy"])]
     cells = [CellResult("binary_cross_entropy_with_logits", "s", sc, st, **kinds[k % len(kinds)])
              for k, (sc, st) in enumerate((sc, st) for sc in ALL_SCENARIO_NAMES
-                                           for st in available())]
-    assert len(available()) == 8
+                                           for st in matrix.default_strategies())]
+    assert len(matrix.default_strategies()) == 8
     table = matrix.format_table(cells)
     assert _too_wide(table) == [] and "F:other" in table and "ok*+fb" in table and "F:comp" in table
     # with a second sample passing, failures carry k/n and still fit (they wrap at the space)

@@ -32,7 +32,8 @@ def run_matrix(ops: Iterable[str] | None = None, scenarios: Iterable[str] | None
            else parse_names("op", ops, registry.op_groups(include_opt_in=True)))
     scenarios = (names_for({registry.get_op(o).kind for o in ops}) if scenarios is None
                  else parse_names("scenario", scenarios, SCENARIO_GROUPS))
-    strategies = parse_names("strategy", strategies, available())
+    strategies = (default_strategies() if strategies is None
+                  else parse_names("strategy", strategies, available()))
     specs = [registry.get_op(op) for op in ops]
     cells = [(spec, smp, sc, st) for spec in specs
              for smp in (spec.samples() if samples == "all" else spec.samples()[:1])
@@ -47,13 +48,19 @@ def run_matrix(ops: Iterable[str] | None = None, scenarios: Iterable[str] | None
     return results
 
 
+def default_strategies() -> list[str]:
+    """Every available strategy but the slow ones (``Strategy.slow``: ``compiled``), which run
+    when named (and in the saved matrix, :func:`run_test_ops`)."""
+    from funcbwd.strategies import get_strategy
+
+    return [s for s in available() if not get_strategy(s).slow]
+
+
 def run_test_ops(*, slow: bool = True, progress=None) -> list[CellResult]:
     """The saved matrix (``data/matrix-test-ops.json``): the 8 test ops, every sample, scenario
     and strategy; ``slow=False`` leaves out the slow strategies (``Strategy.slow``: the test
     suite's fresh run)."""
-    from funcbwd.strategies import get_strategy
-
-    strategies = [s for s in available() if slow or not get_strategy(s).slow]
+    strategies = available() if slow else default_strategies()
     return run_matrix(registry.TEST_OPS, None, strategies, progress=progress)
 
 
