@@ -231,24 +231,17 @@ def cleared_functorch_state() -> Iterator[None]:
 
 
 def dispatch_state_guard_args() -> tuple:
-    """The call site's dispatch TLS (include, exclude), to restore it elsewhere with
-    :func:`forced_dispatch_state`."""
+    """The call site's dispatch TLS (include, exclude), to restore it elsewhere."""
     return (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
 
 
-@contextlib.contextmanager
-def forced_dispatch_state(include, exclude) -> Iterator[None]:
-    with torch._C._ForceDispatchKeyGuard(include, exclude):
-        yield
-
-
-@contextlib.contextmanager
-def popped_interpreter() -> Iterator[None]:
-    """Temporarily pop the top interpreter (a vmap rule running its own transform underneath)."""
-    from torch._functorch.pyfunctorch import temporarily_pop_interpreter_stack
-
-    with temporarily_pop_interpreter_stack():
-        yield
+def autograd_ctx_state(ctx) -> dict:
+    """The attributes a ``torch.autograd.Function``'s ``setup_context`` set on ``ctx``, also
+    through functorch's ctx wrappers (``_pt_inner_ctx``, torch/_functorch/autograd_function.py).
+    [tool.functions]"""
+    while "_pt_inner_ctx" in getattr(ctx, "__dict__", {}):
+        ctx = ctx.__dict__["_pt_inner_ctx"]
+    return {k: v for k, v in getattr(ctx, "__dict__", {}).items() if not k.startswith("_")}
 
 
 def functional_level(t: torch.Tensor) -> int | None:
