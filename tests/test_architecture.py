@@ -18,10 +18,13 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "funcbwd"
 LAYERS = [
     {"errors", "internals"},
     {"batching", "fx"},
+    {"tool"},
     {"ops"},
     {"strategies"},
     {"run"},
+    {"doctor"},
     {"observe", "measure"},
+    {"studies"},
     {"views"},
     {"cli"},
 ]

@@ -43,6 +43,7 @@ from torch.utils import _pytree as pytree
 from funcbwd import internals
 from funcbwd.errors import first_line
 from funcbwd.fx import codegen, elide, tracer
+from funcbwd.fx.mask_write import rewrite_mask_writes
 from funcbwd.fx.select_scatter import rewrite_select_scatter
 from funcbwd.fx.tracer import DataDependentError, blank  # noqa: F401 - re-exported
 
@@ -275,6 +276,9 @@ class FormulaGraph:
     #: ``select_scatter`` nodes rewritten as ``slice_scatter`` (in both graphs; checked against the
     #: trace): :mod:`funcbwd.fx.select_scatter`
     scatter_rewrites: int = 0
+    #: boolean-mask writes (``index_put``) rewritten as ``where`` in the elided graph (checked):
+    #: :mod:`funcbwd.fx.mask_write`
+    mask_rewrites: int = 0
 
     @property
     def refusal(self) -> str | None:
@@ -336,6 +340,7 @@ def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "form
     functionalized = trace_formula(formula, args)
     elided = copy.deepcopy(functionalized)
     report = elide.elide_copies(elided)  # first: it sees select_scatter's src as read for values
+    masks = rewrite_mask_writes(elided)  # t[mask] = v as where: checked with the elision
     rewrites = 0
     if elide.count_targets(functionalized, (torch.ops.aten.select_scatter.default,)):
         traced = functionalized
@@ -346,7 +351,7 @@ def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "form
             raise RuntimeError(f"select_scatter rewritten as slice_scatter differs from the trace: "
                                f"{same.detail}")
         rewrite_select_scatter(elided)
-    if not report.count:
+    if not report.count and not masks:
         result = ElisionCheck(True, "nothing elided")
     elif not check:
         result = ElisionCheck(True, "not checked")
@@ -357,7 +362,8 @@ def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "form
     run, bindings = _runner(chosen, args, [tensor_spec(t) for t in tensors], label)
     for gm in (functionalized, elided):
         tracer.shed_values(gm)  # the trace's tensors: a cached graph keeps only their layouts
-    return FormulaGraph(functionalized, elided, report, result, run, label, bindings, rewrites)
+    return FormulaGraph(functionalized, elided, report, result, run, label, bindings, rewrites,
+                        masks)
 
 
 def signature_text(args: Sequence[Any], limit: int = 80) -> str:
