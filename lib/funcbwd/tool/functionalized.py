@@ -33,13 +33,14 @@ Contract:
   warns once (:class:`FunctionalizeFallbackWarning`, with the reason) and runs at call time: with
   a vmap level active, as ``torch.func.functionalize(fn)``; otherwise as written (eager in-place
   is differentiable under grad/vjp/jvp/jacrev, whose forward has no vmap level). Where
-  functionalize's ``aten.copy`` meets autograd (``jacfwd``, ``hessian``: vmap over forward AD) it
-  retries ``fn`` as written, which forward AD handles. **What cannot work**: an untraceable ``fn``
-  writing a batched value into an unbatched tensor in place under vmap over reverse mode
-  (``vmap(jacrev(f))``, ``vmap(vjp)`` of it): as written vmap refuses the write, functionalized
-  ``aten.copy`` has no derivative, and there is no graph to elide it from; that raises
-  :class:`funcbwd.errors.FuncbwdError` naming both. Also ``.item()`` on a batched tensor fails
-  under vmap in any case (torch).
+  functionalize's ``aten.copy`` meets forward AD (``jacfwd``, ``hessian``: vmap over jvp; torch
+  raises "Trying to use forward AD with aten::copy" before any write is applied) it retries ``fn``
+  as written, which forward AD handles. **What cannot work**: an untraceable ``fn`` writing a
+  batched value into an unbatched tensor in place under vmap over reverse mode (``vmap(jacrev)``,
+  ``vmap(vjp)`` with batched primals): as written vmap refuses the write, functionalized
+  ``aten.copy`` has no derivative (torch raises "derivative for aten::copy is not implemented"
+  from the backward, too late to retry) and there is no graph to elide it from. ``.item()`` on a
+  batched tensor fails under vmap in any case (torch). A traceable ``fn`` has none of these limits.
 
 First call: the trace costs a few milliseconds per formula (see docs/your-code.md for the
 numbers). The one-time costs that remain in a fresh process are torch's: functionalizing an
@@ -150,7 +151,7 @@ class Functionalizer:
                 raise
             functionalized_error = e  # copy has no derivative; its writes were not applied yet
         try:
-            return formula(*args)
+            return formula(*args)  # forward AD handles the in-place write as written
         except RuntimeError as e:
             raise FuncbwdError(
                 f"{self.name} cannot run under these transforms: functionalized, "
