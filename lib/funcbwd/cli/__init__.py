@@ -20,8 +20,8 @@ import argparse
 import sys
 from typing import Any, Iterable, Sequence
 
-from funcbwd.cli import (bench, coverage, deletable, findings, graph, matrix, ops, profile,
-                         report, trace)
+from funcbwd.cli import (bench, coverage, deletable, doctor, findings, graph, matrix, ops,
+                         profile, report, trace)
 from funcbwd.errors import FuncbwdError
 
 
@@ -47,6 +47,7 @@ COMMANDS: dict[str, Any] = {
     "findings": findings,
     "deletable": deletable,
     "profile": profile,
+    "doctor": doctor,
 }
 
 
