@@ -45,6 +45,7 @@ from funcbwd.errors import first_line
 from funcbwd.fx import codegen, elide, tracer
 from funcbwd.fx.mask_write import rewrite_mask_writes
 from funcbwd.fx.select_scatter import rewrite_select_scatter
+from funcbwd.fx.slice_bounds import clamp_slice_ends
 from funcbwd.fx.tracer import DataDependentError, blank  # noqa: F401 - re-exported
 
 #: (shape, strides, dtype, device) of one tensor arg
@@ -338,6 +339,7 @@ def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "form
     args = tuple(args)
     tensors = flatten_args(args).tensors
     functionalized = trace_formula(formula, args)
+    clamp_slice_ends(functionalized)  # same values; torch's batched slice_scatter needs it
     elided = copy.deepcopy(functionalized)
     report = elide.elide_copies(elided)  # first: it sees select_scatter's src as read for values
     masks = rewrite_mask_writes(elided)  # t[mask] = v as where: checked with the elision

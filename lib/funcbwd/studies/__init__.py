@@ -1,0 +1,1 @@
+"""studies: one package per question."""
