@@ -15,7 +15,7 @@ from torch.func import hessian, jacfwd, jacrev, vjp, vmap
 import funcbwd
 from funcbwd.errors import BadInputError
 from funcbwd.fx import formula_graphs as FG
-from funcbwd.tool import functionalized as tool
+from funcbwd.tool import core as tool
 
 
 def writes_rows(x):

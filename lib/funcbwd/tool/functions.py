@@ -30,7 +30,7 @@ import torch
 from funcbwd import internals
 from funcbwd.errors import FuncbwdError
 from funcbwd.tool.cache import DEFAULT_MAXSIZE
-from funcbwd.tool.functionalized import Functionalizer, signature_key
+from funcbwd.tool.core import Functionalizer, signature_key
 
 _HASHABLE_KINDS = (int, float, bool, str, type(None), complex, torch.dtype, torch.device)
 
