@@ -249,3 +249,25 @@ def test_observer_is_told_what_ran():
 def test_bad_input():
     with pytest.raises(BadInputError, match="function"):
         funcbwd.functionalized(3)
+
+
+def test_evicted_graphs_leave_no_source_in_torch_fx(monkeypatch):
+    # torch.fx keeps every compiled GraphModule's source for the process's life; build() drops
+    # the ones it made, so memory stays flat past the cache bound. Mutation: without the drop,
+    # the loader grows with every trace.
+    from torch.fx.graph_module import _loader
+
+    from funcbwd import internals
+
+    def grows(n0: int) -> int:
+        f = funcbwd.functionalized(writes_rows, maxsize=2)
+        before = len(_loader.eval_cache)
+        for n in range(n0, n0 + 4):
+            vmap(f)(torch.randn(2, n, 2))
+        return len(_loader.eval_cache) - before
+
+    assert grows(3) == 0
+    import contextlib
+
+    monkeypatch.setattr(internals, "fx_sources_dropped", contextlib.nullcontext)
+    assert grows(20) >= 4

@@ -128,8 +128,7 @@ def is_functional(t: torch.Tensor) -> bool:
 
 # ---------------------------------------------------------------------------- tensor wrapper chains
 def wrapper_chain(t: torch.Tensor) -> list[str]:
-    """Describe a tensor's functorch wrappers outermost first, e.g.
-    ['Functional(2)', 'Batched(level 1, bdim 0)', 'Dense(3, 5)']."""
+    """A tensor's functorch wrappers outermost first: ['Functional(2)', 'Dense(3, 5)', ...]."""
     chain: list[str] = []
     cur = t
     for _ in range(16):
@@ -163,9 +162,8 @@ def is_batched(t: torch.Tensor) -> bool:
 
 
 def first_batch_entry(t: torch.Tensor) -> torch.Tensor:
-    """Entry 0 of the outermost BatchedTensor in ``t``'s wrapper chain, as the tensor under that
-    wrapper (the wrappers above it dropped); ``t`` itself if it is not batched. For tests that
-    build deliberately broken strategies (e.g. one that uses entry 0's index for every entry)."""
+    """Entry 0 of the outermost BatchedTensor in ``t``'s chain (wrappers above it dropped), else
+    ``t``: for tests that build broken strategies (e.g. entry 0's index for every entry)."""
     cur = t
     for _ in range(16):
         if _F.is_batchedtensor(cur):
@@ -193,9 +191,8 @@ def vmap_fallback_disabled() -> Iterator[None]:
 
 
 def batching_kind(op_name: str) -> str:
-    """How vmap handles ``aten::op``: 'batching rule', 'decomposition', or 'fallback'.
-
-    Read from the op's dispatch table (its ``FuncTorchBatched`` entry)."""
+    """How vmap handles ``aten::op``: 'batching rule', 'decomposition', or 'fallback' (read from
+    the op's dispatch table, its ``FuncTorchBatched`` entry)."""
     qualified = op_name if "::" in op_name else f"aten::{op_name}"
     try:
         table = torch._C._dispatch_dump_table(qualified)
@@ -236,9 +233,7 @@ def dispatch_state_guard_args() -> tuple:
 
 
 def autograd_ctx_state(ctx) -> dict:
-    """The attributes a ``torch.autograd.Function``'s ``setup_context`` set on ``ctx``, also
-    through functorch's ctx wrappers (``_pt_inner_ctx``, torch/_functorch/autograd_function.py).
-    [tool.functions]"""
+    """What ``setup_context`` set on ``ctx``, also through functorch's ctx wrappers. [tool]"""
     while "_pt_inner_ctx" in getattr(ctx, "__dict__", {}):
         ctx = ctx.__dict__["_pt_inner_ctx"]
     return {k: v for k, v in getattr(ctx, "__dict__", {}).items() if not k.startswith("_")}
@@ -261,7 +256,6 @@ def current_interpreter():
 def unwrap_batched_at(args: tuple, level: int) -> tuple[tuple, tuple]:
     """Strip the BatchedTensor wrappers of ``level`` from ``args``: (unwrapped args, in_dims)."""
     from torch._functorch.vmap import unwrap_batched
-
     return unwrap_batched(args, level)
 
 
@@ -270,8 +264,7 @@ def add_batch_dim(t: torch.Tensor, dim: int, level: int) -> torch.Tensor:
 
 
 def _with_dynamic_layer_keys(include, present: bool):
-    keys = (_DK.FuncTorchDynamicLayerFrontMode, _DK.FuncTorchDynamicLayerBackMode)
-    for k in keys:
+    for k in (_DK.FuncTorchDynamicLayerFrontMode, _DK.FuncTorchDynamicLayerBackMode):
         include = include.add(k) if present else include.remove(k)
     return include
 
@@ -439,3 +432,19 @@ def overload_binding(target):
     fns = (getattr(torch, name, None), getattr(torch.Tensor, name, None))
     return next((f for f in fns if type(f).__name__ in ("builtin_function_or_method",
                                                          "method_descriptor")), None)
+
+
+@contextlib.contextmanager
+def fx_sources_dropped() -> Iterator[None]:
+    """Forget the sources torch.fx keeps of every GraphModule compiled in the block (``_loader``
+    and ``linecache``, for the process's life): a bounded graph cache stays bounded. [fx]"""
+    import linecache
+    from torch.fx.graph_module import _loader
+
+    before = set(_loader.eval_cache)
+    try:
+        yield
+    finally:
+        for key in set(_loader.eval_cache) - before:
+            _loader.eval_cache.pop(key, None)
+            linecache.cache.pop(key, None)

@@ -15,6 +15,7 @@ import collections
 import dataclasses
 import inspect
 import linecache
+import os
 import textwrap
 import traceback
 from typing import Any, Callable
@@ -48,7 +49,13 @@ def culprit(error: BaseException | None, source_file: str | None) -> str:
         return ""
     f = frames[-1]
     code = (f.line or linecache.getline(f.filename, f.lineno)).strip()
-    return f"{f.filename}:{f.lineno}: {code}"
+    return f"{_shown(f.filename)}:{f.lineno}: {code}"
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the working directory when it lies below it."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
 
 
 def _ops(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:

@@ -336,7 +336,11 @@ def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "form
     (unless nothing was elided or ``check`` is False) and compile the chosen graph. Raises what
     tracing raises (a data-dependent formula), and :class:`RuntimeError` if the rewritten graph
     differs from the trace (the caller must run neither: the trace's batched gradient is wrong)."""
-    args = tuple(args)
+    with internals.fx_sources_dropped():  # torch.fx would keep every graph's source forever
+        return _build(formula, tuple(args), name, check)
+
+
+def _build(formula: Callable[..., Any], args: tuple, name: str, check: bool) -> FormulaGraph:
     tensors = flatten_args(args).tensors
     functionalized = trace_formula(formula, args)
     clamp_slice_ends(functionalized)  # same values; torch's batched slice_scatter needs it

@@ -107,6 +107,11 @@ elif mode == "torch":
 else:
     import warnings
     warnings.simplefilter("ignore")
+    if mode == "tool_after_torch":  # torch's own one-time costs paid first: the tool's share
+        try:
+            torch.func.vmap(torch.func.functionalize(lambda gg: op.formula(gg, *rest)))(g)
+        except Exception:
+            pass
     t = time.perf_counter()
     w = funcbwd.functionalized(op.formula)
     torch.func.vmap(lambda gg: w(gg, *rest))(g)
@@ -126,6 +131,8 @@ bs = cases.samples(case, args, 1, batch=8)
 with torch.no_grad():
     out = cases.transformed("vmap", case.rewrite, args, case, bs[:1], None)[0]
 cts = torch.randn((8, *out.shape))
+if sys.argv[2] == "warm":  # torch.func's own one-time imports paid first (the rewrite)
+    cases.transformed("vmap_vjp", case.rewrite, args, case, bs, cts)
 t = time.perf_counter()
 w = cases.wrapped_fn(case)
 cases.transformed("vmap_vjp", w, args, case, bs, cts)
@@ -149,16 +156,18 @@ def first_calls(ops=TEST_OPS) -> dict[str, Any]:
     rows = []
     for name in ops:
         row: dict[str, Any] = {"op": name}
+        no_meta = {"TORCH_DISABLE_FUNCTIONALIZATION_META_REFERENCE": "1"}
         for mode, env in (("tool", None), ("torch", None), ("make_fx", None),
-                          ("tool_no_meta_reference", {"TORCH_DISABLE_FUNCTIONALIZATION_META_REFERENCE": "1"})):
+                          ("tool_after_torch", None), ("tool_no_meta_reference", no_meta)):
             _progress(f"first call {name} ({mode})")
-            row[mode] = _fresh(_OP_SCRIPT, [name, "make_fx" if mode == "make_fx" else
-                                             "torch" if mode == "torch" else "tool"], env)
+            row[mode] = _fresh(_OP_SCRIPT, [name, "tool" if mode == "tool_no_meta_reference"
+                                             else mode], env)
         rows.append(row)
     case_rows = []
     for name in cases.CASES:
         _progress(f"first call {name}")
-        case_rows.append({"case": name, **_fresh(_CASE_SCRIPT, [name])})
+        case_rows.append({"case": name, "fresh": _fresh(_CASE_SCRIPT, [name, "fresh"]),
+                          "after_torch": _fresh(_CASE_SCRIPT, [name, "warm"])})
     return {"ops": rows, "cases": case_rows}
 
 
@@ -223,8 +232,9 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"  {r['case']:<28} batch {r['batch']:>4}: {r['ratio']:.2f}x "
                      f"[{lo:.2f}, {hi:.2f}] ({r['wrapped_us']:.0f} vs {r['rewrite_us']:.0f} us) "
                      f"{_met(r['target_met'])}")
-    lines += ["", f"first call in a fresh process (target <= {m['latency_target_ms']:.0f} ms): "
-                  "tool | torch vmap(functionalize) | make_fx trace (before) | tool, no meta ref"]
+    lines += ["", f"first call in a fresh process, ms (target <= {m['latency_target_ms']:.0f} ms):",
+              "  op: tool | torch's vmap(functionalize) | make_fx trace (before) | tool after "
+              "torch's | tool, no meta ref"]
 
     def ms(d):
         return f"{d['ms']:7.0f}" if "ms" in d else "  error"
@@ -232,11 +242,16 @@ def render(result: dict[str, Any]) -> str:
     for r in result["first_call"]["ops"]:
         tool = r["tool"]
         ok = "ms" in tool and tool["ms"] <= m["latency_target_ms"]
-        lines.append(f"  {r['op']:<14} {ms(tool)} | {ms(r['torch'])} | {ms(r['make_fx'])} | "
-                     f"{ms(r['tool_no_meta_reference'])} ms  {tool.get('result', '')} {_met(ok)}")
+        own = r["tool_after_torch"]
+        own_ok = "ms" in own and own["ms"] <= m["latency_target_ms"]
+        lines.append(f"  {r['op']:<13} {ms(tool)} | {ms(r['torch'])} | {ms(r['make_fx'])} | "
+                     f"{ms(own)} | {ms(r['tool_no_meta_reference'])}  {tool.get('result', '')[:12]} "
+                     f"fresh {_met(ok)}, own {_met(own_ok)}")
+    lines.append("  case (vmap(vjp)): fresh | after torch.func's own first call | second call")
     for r in result["first_call"]["cases"]:
-        lines.append(f"  {r['case']:<28} first vmap(vjp) {ms(r)} ms, second "
-                     f"{r.get('second_ms', float('nan')):.1f} ms")
+        f, w = r["fresh"], r["after_torch"]
+        lines.append(f"  {r['case']:<28} {ms(f)} | {ms(w)} | "
+                     f"{w.get('second_ms', float('nan')):7.1f} ms")
     mem = result["memory"]
     lines += ["", f"cache memory: {mem['n']} shapes, bound {mem['maxsize']}: "
                   f"rss {mem['samples'][0]['rss_mb']} -> {mem['samples'][-1]['rss_mb']} MB, "
