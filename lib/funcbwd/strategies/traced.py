@@ -37,7 +37,7 @@ from funcbwd.fx.formula_graphs import FormulaGraph, formula_args_for
 from funcbwd.strategies import provenance
 from funcbwd.strategies.base import Strategy
 from funcbwd.tool import cache as tool_cache
-from funcbwd.tool.functionalized import CALLED, TRACED, Untraceable, functionalized, signature_key
+from funcbwd.tool.functionalized import TRACED, Untraceable, functionalized, signature_key
 
 __all__ = ["GRAPH", "UNELIDED", "FALLBACK", "Traced", "Untraceable"]
 

@@ -31,7 +31,6 @@ class Untraceable:
     reason: str
 
 
-Entry = "FormulaGraph | Untraceable"
 Observer = Callable[[str, Any], None]
 
 

@@ -50,6 +50,7 @@ functionalization runs it on meta tensors first, pytorch ``gen_functionalization
 plain ``vmap(functionalize(f))``); ``TORCH_DISABLE_FUNCTIONALIZATION_META_REFERENCE=1`` in the
 environment skips that check (read once, at the first functionalized in-place op).
 """
+
 from __future__ import annotations
 
 import functools
