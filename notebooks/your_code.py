@@ -157,7 +157,8 @@ rows = report.diagnose(cases.zeros_then_item_assignment, args, ["vmap", "jacrev"
 text = report.render("funcbwd.studies.yourcode.cases:zeros_then_item_assignment", rows,
                      report.graph_diff(cases.zeros_then_item_assignment, args))
 print(text)
-assert "cases.py:" in text and "mat[0, 0] = mat[0, 1] + x[0, 0]" in text
+assert "lib/funcbwd/studies/yourcode/cases.py:" in text
+assert "mat[0, 0] = mat[0, 1] + x[0, 0]" in text
 assert all(r.wrapped.ok for r in rows) and not rows[0].plain.ok
 
 # %% [markdown]

@@ -71,7 +71,8 @@ def test_names_the_culprit_line_and_fixes_it(workdir, func, args, tag, diff):
     out = doctor(workdir, f"usercode:{func}", "--args", args, "--transforms", "vmap,jacrev,jacfwd")
     # jacfwd passes plain: the write's target is not batched by forward AD's tangents
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"usercode.py:{_line(tag)}:" in out.stdout
+    assert f"usercode.py:{_line(tag)}\n" in out.stdout
+    assert f"# LINE-{tag}" in out.stdout  # the culprit line's code, on its own line
     assert diff in out.stdout and "fixes 2 of 2" in out.stdout
     assert all(len(ln) <= 100 for ln in out.stdout.splitlines())
     assert "doctor: vmap ..." in out.stderr  # progress on stderr

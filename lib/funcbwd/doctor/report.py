@@ -37,25 +37,28 @@ class Row:
     transform: str
     plain: checks.Outcome
     wrapped: checks.Outcome
+    #: ``path:line`` of the first in-place call that broke (plain), and that line's code
     culprit: str = ""
+    culprit_code: str = ""
 
 
-def culprit(error: BaseException | None, source_file: str | None) -> str:
-    """``file:line: code`` of the innermost traceback frame in ``source_file`` ('' if none)."""
+def culprit(error: BaseException | None, source_file: str | None) -> tuple[str, str]:
+    """(``file:line``, code) of the innermost traceback frame in ``source_file`` (('', '') if
+    none)."""
     if error is None or not source_file:
-        return ""
+        return "", ""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == source_file]
     if not frames:
-        return ""
+        return "", ""
     f = frames[-1]
     code = (f.line or linecache.getline(f.filename, f.lineno)).strip()
-    return f"{_shown(f.filename)}:{f.lineno}: {code}"
+    return f"{_shown(f.filename)}:{f.lineno}", code
 
 
 def _shown(path: str) -> str:
-    """``path`` relative to the working directory when it lies below it."""
+    """``path`` relative to the working directory when it lies at most two levels up."""
     rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
+    return path if rel.startswith(os.path.join("..", "..", "..")) else rel
 
 
 def _ops(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
@@ -104,7 +107,7 @@ def diagnose(fn: Callable[..., Any], args: tuple, transforms: list[str],
         progress(name)
         plain = checks.run_check(fn, args, name, fn)
         fixed = checks.run_check(wrapped, args, name, fn)
-        rows.append(Row(name, plain, fixed, culprit(plain.error, source)))
+        rows.append(Row(name, plain, fixed, *culprit(plain.error, source)))
     return rows
 
 
@@ -122,6 +125,8 @@ def render(target: str, rows: list[Row], diff: str) -> str:
             lines += wrap(f"plain: {r.plain.detail}")
             if r.culprit:
                 lines += wrap(f"first in-place call that broke: {r.culprit}")
+                code = r.culprit_code
+                lines.append("      " + (code if len(code) <= WIDTH - 6 else code[:WIDTH - 9] + "..."))
         if not r.wrapped.ok:
             lines += wrap(f"functionalized: {r.wrapped.detail}")
     fixed = sum(1 for r in rows if not r.plain.ok and r.wrapped.ok)
