@@ -53,3 +53,19 @@ def test_mask_write_rewrite_is_what_makes_functorch_207_batch(monkeypatch):
     finally:
         cases._FUNCTION_REWRAPS.clear()
     assert r["wrapped"] == "fail" and "dynamic shape" in r["wrapped_error"]
+
+
+def test_saved_bench_has_its_meta_and_renders_in_100_columns():
+    import json
+    from pathlib import Path
+
+    from funcbwd.studies.yourcode import bench
+
+    saved = json.loads((Path(__file__).resolve().parents[1] / "data/yourcode-bench.json").read_text())
+    assert {"torch", "batches", "pairs", "quick"} <= set(saved["meta"])
+    assert {r["case"] for r in saved["cost"]} == set(cases.CASES)
+    assert all(min(r["ratio_ci95"]) <= r["ratio"] <= max(r["ratio_ci95"]) for r in saved["cost"])
+    text = bench.render(saved)
+    assert all(len(line) <= 100 for line in text.splitlines())
+    assert text.count("MISSED") + text.count(" met") >= len(saved["cost"])
+    assert saved["memory"]["samples"][-1]["cached"] == saved["memory"]["maxsize"]
