@@ -18,9 +18,11 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "funcbwd"
 LAYERS = [
     {"errors", "internals", "progress", "tables"},
     {"batching", "fx"},
+    {"tool"},
     {"ops"},
     {"strategies"},
     {"run"},
+    {"doctor"},
     {"observe", "measure"},
     {"studies"},
     {"views"},

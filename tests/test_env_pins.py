@@ -194,8 +194,8 @@ def all_problems(root: Path = ROOT) -> list[str]:
         problems.append("environment.yml: no python=X.Y pin")
     else:
         problems += python_problems("environment.yml", pythons[0], requires_python)
-    if editable != ["-e .[lab,test]"]:
-        problems.append(f"environment.yml: expected the package itself as '-e .[lab,test]', "
+    if editable != ["-e .[lab,sweep,test]"]:
+        problems.append(f"environment.yml: expected the package itself as '-e .[lab,sweep,test]', "
                         f"found {editable or 'nothing'}")
 
     binder = root / "binder"

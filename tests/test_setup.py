@@ -71,5 +71,5 @@ def test_setup_installs_torch_before_the_package(tmp_path):
     assert done.returncode == 0, done.stderr
     text = done.stdout
     torch_at = text.index(f'pip install --quiet "{_torch_pin()}" --index-url {CPU_INDEX}')
-    package_at = text.index('pip install --quiet -e ".[lab,test]"')
+    package_at = text.index('pip install --quiet -e ".[lab,sweep,test]"')
     assert text.index("-m venv") < torch_at < package_at

@@ -1,6 +1,11 @@
 """funcbwd: how should backward formulas that use in-place ops be functionalized so that
 ``vmap(vjp(f))`` works? A library and workbench that answers it with computed evidence.
 
+Fix your own code (docs/your-code.md): :func:`functionalized` makes a function (or a
+``torch.autograd.Function`` subclass) that writes in place work under ``vmap``/``vjp``/``jacrev``/
+``jacfwd``/``hessian``; ``python -m funcbwd doctor MODULE:FUNC --args "..."`` says which in-place
+call breaks which transform and whether the wrapper fixes it.
+
 The public face for formula authors (docs/adding-a-formula.md):
 
 * :class:`OpSpec`, :class:`Sample` and :func:`register`: one ``register(OpSpec(...))`` call adds
@@ -16,13 +21,13 @@ entry-point group ``funcbwd.formulas`` (:mod:`funcbwd.ops.plugins`).
 
 Importing ``funcbwd`` is cheap: the names above (all but the errors) are resolved on first use
 (PEP 562), so ``python -m funcbwd --help`` does not import torch. The packages, bottom to top:
-``ops`` -> ``strategies`` -> ``run`` -> ``observe``/``measure`` -> ``views`` -> ``cli``.
+``fx``/``batching`` -> ``tool`` -> ``ops`` -> ``strategies`` -> ``run`` -> ``doctor`` -> ``observe``/
+``measure`` -> ``studies`` -> ``views`` -> ``cli``.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import importlib as _importlib
 
 from funcbwd.errors import BadInputError, FuncbwdError, NotApplicableError, UnknownNameError
 
@@ -36,21 +41,24 @@ _LAZY = {
     "helpers": ("funcbwd.ops.helpers", None),
     "legacy": ("funcbwd.ops.legacy_ops", None),
     "get_strategy": ("funcbwd.strategies", "get_strategy"),
+    "functionalized": ("funcbwd.tool.functionalized", "functionalized"),
+    "FunctionalizeFallbackWarning": ("funcbwd.tool.functionalized", "FunctionalizeFallbackWarning"),
 }
 
 __all__ = [*_LAZY, "FuncbwdError", "UnknownNameError", "BadInputError", "NotApplicableError"]
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module 'funcbwd' has no attribute {name!r}")
     modname, attr = _LAZY[name]
-    module = importlib.import_module(modname)  # imports funcbwd.ops first: every built-in op registered
+    module = _importlib.import_module(modname)  # imports funcbwd.ops first: every built-in op registered
     value = module if attr is None else getattr(module, attr)
     globals()[name] = value  # resolved once
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    """The public names only (no imports, no ``annotations``)."""
+    return sorted(set(__all__) | {"__version__"})

@@ -25,8 +25,8 @@ import re
 import sys
 from typing import Any, Iterable, NoReturn, Sequence
 
-from funcbwd.cli import (bench, coverage, deletable, findings, graph, matrix, ops, profile,
-                         report, trace)
+from funcbwd.cli import (bench, coverage, deletable, doctor, findings, graph, matrix, ops,
+                         profile, report, trace)
 from funcbwd.errors import FuncbwdError, suggest
 from funcbwd.tables import WIDTH, fit, terminal_width
 
@@ -68,6 +68,7 @@ COMMANDS: dict[str, Any] = {
     "findings": findings,
     "deletable": deletable,
     "profile": profile,
+    "doctor": doctor,
 }
 
 

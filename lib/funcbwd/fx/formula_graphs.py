@@ -8,9 +8,11 @@ show, in one place:
   (non-tensor args are baked into the graph). :func:`positional_key` is the per-call fast path
   for formulas whose args are tensors, scalars and flat lists of scalars (every catalog formula);
   anything nested goes through a pytree flatten;
-* **tracing** (:func:`trace_formula`): ``make_fx(torch.func.functionalize(formula))`` with fake
-  tensors of the signature's logical shapes and strides, outside any transform (the caller may be
-  a backward running under vmap). Data-dependent formulas (``.item()``, ``nonzero``) raise;
+* **tracing** (:func:`trace_formula`): ``torch.func.functionalize(formula)`` recorded by
+  :mod:`funcbwd.fx.tracer` (the graph ``make_fx`` records, without its one-second first-call
+  import of ``torch._dynamo``) on tensors of the signature's logical shapes and strides, outside
+  any transform (the caller may be a backward running under vmap). Data-dependent formulas
+  (``.item()``, ``nonzero``) raise :class:`DataDependentError`;
 * **the graph pair** (:func:`build`): the functionalized graph (its ``select_scatter`` rewritten
   as ``slice_scatter``, whose batched gradient is right: :mod:`funcbwd.fx.select_scatter`; the
   rewrite checked against the trace like the elision below) and a copy with
@@ -29,19 +31,22 @@ layout decisions are made on the signature's metadata, so one draw per signature
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.fx
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from funcbwd import internals
 from funcbwd.errors import first_line
-from funcbwd.fx import codegen, elide
+from funcbwd.fx import codegen, elide, tracer
+from funcbwd.fx.mask_write import rewrite_mask_writes
 from funcbwd.fx.select_scatter import rewrite_select_scatter
+from funcbwd.fx.slice_bounds import clamp_slice_ends
+from funcbwd.fx.tracer import DataDependentError, blank  # noqa: F401 - re-exported
 
 #: (shape, strides, dtype, device) of one tensor arg
 TensorSpec = tuple
@@ -129,30 +134,12 @@ def flatten_args(args: tuple) -> FlatArgs:
 
 
 # ------------------------------------------------------------------------------ tracing
-def _storage_for(shape: Sequence[int], stride: Sequence[int]) -> int:
-    if any(s == 0 for s in shape):
-        return 0
-    return 1 + sum((s - 1) * st for s, st in zip(shape, stride))
-
-
-def blank(spec: TensorSpec, generator: torch.Generator | None = None) -> torch.Tensor:
-    """A plain tensor of ``spec``'s shape and strides (also overlapping ones, e.g. stride 0) over
-    a storage of zeros, or of random normal values drawn from ``generator``."""
-    shape, stride, dtype, device = spec
-    n = _storage_for(shape, stride)
-    if generator is None:
-        storage = torch.zeros(n, dtype=dtype, device=device)
-    else:
-        storage = torch.randn(n, generator=generator, dtype=dtype).to(device)
-    return storage.as_strided(shape, stride)
-
-
 def trace_formula(formula: Callable[..., Any], args: tuple, *, functionalize: bool = True,
                   elide_copies: bool = False, rewrite_scatters: bool | None = None
                   ) -> torch.fx.GraphModule:
-    """make_fx graph of ``formula(*args)`` taking the tensor args (pytree order) as inputs: fake
-    tensors of their logical shapes and strides, traced outside any transform. Raises if the
-    formula is data-dependent. ``rewrite_scatters`` (default: ``elide_copies``, i.e. for the graph
+    """Graph of ``formula(*args)`` taking the tensor args (pytree order) as inputs, recorded by
+    :func:`funcbwd.fx.tracer.trace` on plain tensors of their logical shapes and strides, outside
+    any transform. Raises :class:`DataDependentError` if the formula is data-dependent. ``rewrite_scatters`` (default: ``elide_copies``, i.e. for the graph
     that runs) rewrites ``select_scatter`` as ``slice_scatter``
     (:func:`funcbwd.fx.select_scatter.rewrite_select_scatter`: torch's batched select_scatter has a
     wrong gradient)."""
@@ -164,7 +151,7 @@ def trace_formula(formula: Callable[..., Any], args: tuple, *, functionalize: bo
 
     fn = torch.func.functionalize(flat_formula) if functionalize else flat_formula
     with internals.cleared_functorch_state():
-        gm = make_fx(fn, tracing_mode="fake")(*[blank(s) for s in specs])
+        gm = tracer.trace(fn, specs)
     if elide_copies:
         elide.elide_copies(gm)
     if elide_copies if rewrite_scatters is None else rewrite_scatters:
@@ -217,25 +204,54 @@ def compare_outputs(want: Any, got: Any) -> str:
             continue
         if (w.shape, w.dtype, w.stride()) != (g.shape, g.dtype, g.stride()):
             return f"output {i}: {_describe(g)} != {_describe(w)}"
-        try:
-            torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
-        except AssertionError as e:
-            return f"output {i}: values differ ({first_line(str(e))})"
+        if not values_equal(w, g):
+            return f"output {i}: values differ ({_mismatch(w, g)})"
     return ""
+
+
+def values_equal(want: torch.Tensor, got: torch.Tensor) -> bool:
+    """Exact equality, NaN equal to NaN (``torch.testing.assert_close(rtol=0, atol=0,
+    equal_nan=True)``, whose first call imports ``torch.distributed.tensor``: ~2 s)."""
+    if torch.equal(want, got):
+        return True
+    if not (want.is_floating_point() or want.is_complex()):
+        return False
+    return bool(((want == got) | (want.isnan() & got.isnan())).all())
+
+
+def _mismatch(want: torch.Tensor, got: torch.Tensor) -> str:
+    bad = ~((want == got) | ((want.isnan() & got.isnan()) if want.is_floating_point()
+                             or want.is_complex() else torch.zeros_like(want, dtype=torch.bool)))
+    n = int(bad.sum())
+    if want.is_floating_point() or want.is_complex():
+        diff = float((want.double() - got.double()).abs().nan_to_num(float("inf"))[bad].max())
+        return f"{n} of {want.numel()} elements, greatest difference {diff:.3g}"
+    return f"{n} of {want.numel()} elements"
+
+
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Random ops draw the same numbers in both graphs of a check; the caller's stream is kept."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
 
 
 def check_elision(unelided: Callable[..., Any], elided: Callable[..., Any],
                   tensors: Sequence[torch.Tensor], seed: int = 0) -> ElisionCheck:
-    """Run both graphs on :func:`check_inputs` of ``tensors`` (outside any transform)."""
+    """Run both graphs on :func:`check_inputs` of ``tensors`` (outside any transform), each from
+    the same random seed (a graph with random ops draws the same numbers in both runs)."""
     with internals.cleared_functorch_state(), torch.no_grad():
         inputs = check_inputs(tensors, seed)
         try:
-            want = unelided(*inputs)
+            with _seeded(seed):
+                want = unelided(*inputs)
         except Exception as e:  # noqa: BLE001 - cannot compare: refuse rather than trust
             return ElisionCheck(False, f"inconclusive: the un-elided graph raised "
                                        f"{type(e).__name__}: {first_line(str(e))}")
         try:
-            got = elided(*inputs)
+            with _seeded(seed):
+                got = elided(*inputs)
         except Exception as e:  # noqa: BLE001 - the elision broke the graph
             return ElisionCheck(False, f"the elided graph raised {type(e).__name__}: "
                                        f"{first_line(str(e))}")
@@ -261,6 +277,9 @@ class FormulaGraph:
     #: ``select_scatter`` nodes rewritten as ``slice_scatter`` (in both graphs; checked against the
     #: trace): :mod:`funcbwd.fx.select_scatter`
     scatter_rewrites: int = 0
+    #: boolean-mask writes (``index_put``) rewritten as ``where`` in the elided graph (checked):
+    #: :mod:`funcbwd.fx.mask_write`
+    mask_rewrites: int = 0
 
     @property
     def refusal(self) -> str | None:
@@ -288,14 +307,14 @@ def graph_signature(gm: torch.fx.GraphModule) -> list[tuple]:
 
 def bindings_equivalent(gm: torch.fx.GraphModule, specs: Sequence[TensorSpec]) -> bool:
     """Does ``gm`` compiled with public bindings call exactly ``gm``'s ops (overloads, arguments,
-    order)? The bindings variant is re-traced with make_fx on fake inputs of ``specs`` and its
-    :func:`graph_signature` compared with ``gm``'s."""
+    order)? The bindings variant is re-traced on inputs of ``specs`` and its
+    :func:`graph_signature` compared with ``gm``'s (re-traced by :func:`funcbwd.fx.tracer.trace`)."""
     if not codegen.has_bindings(gm):
         return False
     run = codegen.compile_graph(gm, range(len(specs)), bindings=True)
     try:
         with internals.cleared_functorch_state():
-            traced = make_fx(lambda *ts: run(ts), tracing_mode="fake")(*[blank(s) for s in specs])
+            traced = tracer.trace(lambda *ts: run(ts), specs)
     except Exception:  # noqa: BLE001 - a binding that cannot even be traced is not equivalent
         return False
     return graph_signature(traced) == graph_signature(gm)
@@ -317,11 +336,17 @@ def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "form
     (unless nothing was elided or ``check`` is False) and compile the chosen graph. Raises what
     tracing raises (a data-dependent formula), and :class:`RuntimeError` if the rewritten graph
     differs from the trace (the caller must run neither: the trace's batched gradient is wrong)."""
-    args = tuple(args)
+    with internals.fx_sources_dropped():  # torch.fx would keep every graph's source forever
+        return _build(formula, tuple(args), name, check)
+
+
+def _build(formula: Callable[..., Any], args: tuple, name: str, check: bool) -> FormulaGraph:
     tensors = flatten_args(args).tensors
     functionalized = trace_formula(formula, args)
+    clamp_slice_ends(functionalized)  # same values; torch's batched slice_scatter needs it
     elided = copy.deepcopy(functionalized)
     report = elide.elide_copies(elided)  # first: it sees select_scatter's src as read for values
+    masks = rewrite_mask_writes(elided)  # t[mask] = v as where: checked with the elision
     rewrites = 0
     if elide.count_targets(functionalized, (torch.ops.aten.select_scatter.default,)):
         traced = functionalized
@@ -332,7 +357,7 @@ def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "form
             raise RuntimeError(f"select_scatter rewritten as slice_scatter differs from the trace: "
                                f"{same.detail}")
         rewrite_select_scatter(elided)
-    if not report.count:
+    if not report.count and not masks:
         result = ElisionCheck(True, "nothing elided")
     elif not check:
         result = ElisionCheck(True, "not checked")
@@ -341,7 +366,10 @@ def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "form
     chosen = elided if result.ok else functionalized
     label = f"{name}{signature_text(args)}{'' if result.ok else ' un-elided'}"
     run, bindings = _runner(chosen, args, [tensor_spec(t) for t in tensors], label)
-    return FormulaGraph(functionalized, elided, report, result, run, label, bindings, rewrites)
+    for gm in (functionalized, elided):
+        tracer.shed_values(gm)  # the trace's tensors: a cached graph keeps only their layouts
+    return FormulaGraph(functionalized, elided, report, result, run, label, bindings, rewrites,
+                        masks)
 
 
 def signature_text(args: Sequence[Any], limit: int = 80) -> str:

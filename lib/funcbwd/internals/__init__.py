@@ -210,9 +210,8 @@ def vmap_fallback_disabled() -> Iterator[None]:
 
 
 def batching_kind(op_name: str) -> str:
-    """How vmap handles ``aten::op``: 'batching rule', 'decomposition', or 'fallback'.
-
-    Read from the op's dispatch table (its ``FuncTorchBatched`` entry)."""
+    """How vmap handles ``aten::op``: 'batching rule', 'decomposition', or 'fallback' (read from
+    the op's dispatch table, its ``FuncTorchBatched`` entry)."""
     qualified = op_name if "::" in op_name else f"aten::{op_name}"
     try:
         table = torch._C._dispatch_dump_table(qualified)
@@ -258,6 +257,13 @@ def dispatch_state_guard_args() -> tuple:
     return (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
 
 
+def autograd_ctx_state(ctx) -> dict:
+    """What ``setup_context`` set on ``ctx``, also through functorch's ctx wrappers. [tool]"""
+    while "_pt_inner_ctx" in getattr(ctx, "__dict__", {}):
+        ctx = ctx.__dict__["_pt_inner_ctx"]
+    return {k: v for k, v in getattr(ctx, "__dict__", {}).items() if not k.startswith("_")}
+
+
 def functional_level(t: torch.Tensor) -> int | None:
     """The functorch level of a functional wrapper (None for any other tensor). [hooks]"""
     return _F.maybe_get_level(t) if _F.is_functionaltensor(t) else None
@@ -275,7 +281,6 @@ def current_interpreter():
 def unwrap_batched_at(args: tuple, level: int) -> tuple[tuple, tuple]:
     """Strip the BatchedTensor wrappers of ``level`` from ``args``: (unwrapped args, in_dims)."""
     from torch._functorch.vmap import unwrap_batched
-
     return unwrap_batched(args, level)
 
 
@@ -284,8 +289,7 @@ def add_batch_dim(t: torch.Tensor, dim: int, level: int) -> torch.Tensor:
 
 
 def _with_dynamic_layer_keys(include, present: bool):
-    keys = (_DK.FuncTorchDynamicLayerFrontMode, _DK.FuncTorchDynamicLayerBackMode)
-    for k in keys:
+    for k in (_DK.FuncTorchDynamicLayerFrontMode, _DK.FuncTorchDynamicLayerBackMode):
         include = include.add(k) if present else include.remove(k)
     return include
 
@@ -349,4 +353,5 @@ from funcbwd.internals.dispatcher import (  # noqa: E402,F401
     is_plain_tensor,
     overload_kernel,
     overload_binding,
+    fx_sources_dropped,
 )

@@ -141,3 +141,19 @@ def overload_binding(target):
     fns = (getattr(torch, name, None), getattr(torch.Tensor, name, None))
     return next((f for f in fns if type(f).__name__ in ("builtin_function_or_method",
                                                          "method_descriptor")), None)
+
+
+@contextlib.contextmanager
+def fx_sources_dropped() -> Iterator[None]:
+    """Forget the sources torch.fx keeps of every GraphModule compiled in the block (``_loader``
+    and ``linecache``, for the process's life): a bounded graph cache stays bounded. [fx]"""
+    import linecache
+    from torch.fx.graph_module import _loader
+
+    before = set(_loader.eval_cache)
+    try:
+        yield
+    finally:
+        for key in set(_loader.eval_cache) - before:
+            _loader.eval_cache.pop(key, None)
+            linecache.cache.pop(key, None)

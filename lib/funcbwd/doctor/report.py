@@ -1,0 +1,139 @@
+"""The doctor's findings: culprit lines, the functionalized graph diff, and the 100-column text.
+
+* **culprit**: the innermost frame of the exception's traceback that lies in the user's source
+  file (file:line and the line's text): the in-place call that broke, as torch raised it;
+* **graph diff**: the function traced as written (:func:`funcbwd.fx.tracer.trace`) lists its
+  in-place aten calls; traced functionalized, and then with copies elided, the ops that are new
+  against the function as written, e.g. ``copy_ -> copy + slice_scatter x2 -> slice_scatter x2``;
+* **verdict**: per transform, plain and wrapped (:func:`funcbwd.functionalized`), each checked
+  against the per-sample loop (:mod:`funcbwd.doctor.checks`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import inspect
+import linecache
+import os
+import textwrap
+import traceback
+from typing import Any, Callable
+
+import torch
+
+from funcbwd import internals
+from funcbwd.doctor import checks
+from funcbwd.errors import first_line
+from funcbwd.fx import elide, tracer
+from funcbwd.fx import formula_graphs as FG
+from funcbwd.tool.functionalized import functionalized
+
+WIDTH = 100
+
+
+@dataclasses.dataclass
+class Row:
+    transform: str
+    plain: checks.Outcome
+    wrapped: checks.Outcome
+    #: ``path:line`` of the first in-place call that broke (plain), and that line's code
+    culprit: str = ""
+    culprit_code: str = ""
+
+
+def culprit(error: BaseException | None, source_file: str | None) -> tuple[str, str]:
+    """(``file:line``, code) of the innermost traceback frame in ``source_file`` (('', '') if
+    none)."""
+    if error is None or not source_file:
+        return "", ""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == source_file]
+    if not frames:
+        return "", ""
+    f = frames[-1]
+    code = (f.line or linecache.getline(f.filename, f.lineno)).strip()
+    return f"{_shown(f.filename)}:{f.lineno}", code
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the working directory when it lies at most two levels up."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith(os.path.join("..", "..", "..")) else rel
+
+
+def _ops(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes
+            if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+
+
+def _counts(nodes: list[torch.fx.Node]) -> str:
+    c = collections.Counter(n.target.overloadpacket.__name__ for n in nodes)
+    return " + ".join(f"{k} x{v}" if v > 1 else k for k, v in c.items()) or "(nothing)"
+
+
+def graph_diff(fn: Callable[..., Any], args: tuple) -> str:
+    """One line: the in-place calls as written -> functionalized -> copies elided."""
+    flat = FG.flatten_args(args)
+    specs = [FG.tensor_spec(t) for t in flat.tensors]
+
+    def flat_fn(*ts: torch.Tensor) -> Any:
+        return fn(*flat.rebuild(ts))
+
+    try:
+        with internals.cleared_functorch_state():
+            raw = tracer.trace(flat_fn, specs)
+        entry = FG.build(fn, args, name=getattr(fn, "__name__", "fn"))
+    except Exception as e:  # noqa: BLE001 - untraceable: say why
+        return f"cannot trace: {type(e).__name__}: {first_line(str(e), 80)}"
+    as_written = {n.target for n in _ops(raw)}
+    inplace = _counts([n for n in _ops(raw) if n.target._schema.is_mutable])
+    func = _counts([n for n in _ops(entry.functionalized) if n.target not in as_written])
+    out = _counts([n for n in _ops(entry.graph) if n.target not in as_written])
+    left = elide.count_targets(entry.graph)
+    tail = "" if left else " (no aten.copy left)"
+    return f"{inplace} -> {func} -> {out}{tail}"
+
+
+def diagnose(fn: Callable[..., Any], args: tuple, transforms: list[str],
+             progress: Callable[[str], None] = lambda s: None) -> list[Row]:
+    """Every requested transform, plain and wrapped."""
+    try:
+        source = inspect.getsourcefile(fn)
+    except TypeError:
+        source = None
+    wrapped = functionalized(fn, warn=False)
+    rows = []
+    for name in transforms:
+        progress(name)
+        plain = checks.run_check(fn, args, name, fn)
+        fixed = checks.run_check(wrapped, args, name, fn)
+        rows.append(Row(name, plain, fixed, *culprit(plain.error, source)))
+    return rows
+
+
+def render(target: str, rows: list[Row], diff: str) -> str:
+    """The report ``python -m funcbwd doctor`` prints (lines fit :data:`WIDTH` columns)."""
+    def wrap(text: str, indent: str = "    ") -> list[str]:
+        return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ")
+
+    lines = [f"funcbwd doctor {target}"[:WIDTH]]
+    lines += wrap(f"graph: {diff}", "  ")
+    lines.append(f"  {'transform':<10} {'plain':<10} {'functionalized':<16}")
+    for r in rows:
+        lines.append(f"  {r.transform:<10} {r.plain.status:<10} {r.wrapped.status:<16}")
+        if not r.plain.ok:
+            lines += wrap(f"plain: {r.plain.detail}")
+            if r.culprit:
+                lines += wrap(f"first in-place call that broke: {r.culprit}")
+                code = r.culprit_code
+                lines.append("      " + (code if len(code) <= WIDTH - 6 else code[:WIDTH - 9] + "..."))
+        if not r.wrapped.ok:
+            lines += wrap(f"functionalized: {r.wrapped.detail}")
+    fixed = sum(1 for r in rows if not r.plain.ok and r.wrapped.ok)
+    broken = [r.transform for r in rows if not r.wrapped.ok]
+    verdict = (f"funcbwd.functionalized fixes {fixed} of {sum(not r.plain.ok for r in rows)} "
+               "failing transforms; every requested transform works wrapped (checked against "
+               "a per-sample loop)" if not broken else
+               f"still failing wrapped: {', '.join(broken)}")
+    lines += wrap(verdict, "")
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""The machinery behind one :func:`funcbwd.functionalized` wrapper: the cache lookup per call,
+the trace on a miss (:func:`funcbwd.fx.formula_graphs.build`), the one-time warning and the
+call-time fallback for untraceable code (the contract: :mod:`funcbwd.tool.functionalized`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import warnings
+from typing import Any, Callable, Hashable
+
+import torch
+
+from funcbwd import internals
+from funcbwd.errors import FuncbwdError, first_line
+from funcbwd.fx.formula_graphs import build, flatten_args, positional_key
+from funcbwd.tool.cache import DEFAULT_MAXSIZE, GraphCache
+
+#: observer kinds: a signature was traced / a call ran its entry
+TRACED, CALLED = "traced", "called"
+
+
+class FunctionalizeFallbackWarning(UserWarning):
+    """A ``functionalized`` function could not be traced; it runs functionalized at call time."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Untraceable:
+    """A cached negative result: this signature cannot be traced, and why."""
+
+    reason: str
+
+
+Observer = Callable[[str, Any], None]
+
+
+def signature_key(args: tuple) -> tuple:
+    """What identifies one graph of ``fn(*args)`` (see :mod:`funcbwd.fx.formula_graphs`)."""
+    key = positional_key(args)
+    return key if key is not None else ("pytree",) + flatten_args(args).key
+
+
+class Functionalizer:
+    """The machinery behind one wrapper: its cache, its one-time warning, its fallback."""
+
+    def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
+                 maxsize: int | None = DEFAULT_MAXSIZE, observer: Observer | None = None,
+                 warn: bool = True) -> None:
+        self.fn = fn
+        self.name = name or getattr(fn, "__qualname__", None) or repr(fn)
+        self.cache = GraphCache(maxsize)
+        self.observer = observer
+        self.warn = warn
+        self._warned = threading.Event()
+
+    # --- one call -------------------------------------------------------------------------
+    def call(self, args: tuple, kwargs: dict) -> Any:
+        """``fn(*args, **kwargs)`` under a transform: the cached graph, or the fallback."""
+        names = tuple(kwargs)
+        full = args + tuple(kwargs.values()) if names else args
+        key = (names, signature_key(full)) if names else signature_key(full)
+        formula = self.fn if not names else _positional(self.fn, len(args), names)
+        return self.run(key, formula, full)
+
+    def run(self, key: Hashable, formula: Callable[..., Any], args: tuple) -> Any:
+        """Run ``formula(*args)`` through the entry of ``key`` (traced from ``formula`` on a miss)."""
+        entry = self.entry(key, formula, args)
+        if self.observer is not None:
+            self.observer(CALLED, entry)
+        if isinstance(entry, Untraceable):
+            return self.fallback(entry, formula, args)
+        return entry.run(args)
+
+    def entry(self, key: Hashable, formula: Callable[..., Any], args: tuple):
+        return self.cache.get(key, lambda: self._build(formula, args))
+
+    def _build(self, formula: Callable[..., Any], args: tuple):
+        try:
+            entry: Any = build(formula, args, name=self.name)
+        except Exception as e:  # noqa: BLE001 - any trace failure: run functionalized at call time
+            entry = Untraceable(f"{type(e).__name__}: {first_line(str(e))}")
+        if self.observer is not None:
+            self.observer(TRACED, entry)
+        return entry
+
+    # --- untraceable --------------------------------------------------------------------------
+    def fallback(self, entry: Untraceable, formula: Callable[..., Any], args: tuple) -> Any:
+        if self.warn and not self._warned.is_set():
+            self._warned.set()
+            warnings.warn(f"funcbwd.functionalized({self.name}) cannot be traced ({entry.reason}); "
+                          "it runs functionalized at call time under vmap (slower: no cache, no "
+                          "copy elision)", FunctionalizeFallbackWarning, stacklevel=4)
+        if not internals.vmap_active():
+            return formula(*args)  # eager in-place is differentiable without a vmap level
+        try:
+            return torch.func.functionalize(formula)(*args)
+        except (RuntimeError, NotImplementedError) as e:
+            if "aten::copy" not in str(e):
+                raise
+            functionalized_error = e  # copy has no derivative; its writes were not applied yet
+        try:
+            return formula(*args)  # forward AD handles the in-place write as written
+        except RuntimeError as e:
+            raise FuncbwdError(
+                f"{self.name} cannot run under these transforms: functionalized, "
+                f"{first_line(str(functionalized_error), 120)}; as written, {first_line(str(e), 120)}"
+                ". Make it traceable (no .item(), no value-dependent shapes) or write the copy "
+                "out of place") from e
+
+
+def _positional(fn: Callable[..., Any], n: int, names: tuple[str, ...]) -> Callable[..., Any]:
+    def formula(*a: Any) -> Any:
+        return fn(*a[:n], **dict(zip(names, a[n:])))
+
+    return formula

@@ -1,0 +1,110 @@
+"""``funcbwd.functionalized``: run your own in-place code under ``torch.func`` transforms.
+
+``vmap`` refuses an in-place write of a batched tensor into an unbatched one ("vmap: inplace
+arithmetic ... is not possible", pytorch#97248); ``torch.func.functionalize`` rewrites such code
+out of place, but the ``aten.copy`` it emits for ``view.copy_(src)`` (and ``y[i] = v``) has no
+derivative ("derivative for aten::copy is not implemented" under ``vmap(jacrev)``, pytorch#103329)
+and no batching rule. The wrapper::
+
+    @funcbwd.functionalized
+    def f(x):
+        y = torch.zeros(x.shape)
+        y[0] = x[0] * 2
+        return y
+
+    torch.func.vmap(torch.func.jacrev(f))(x)   # works; f(x) outside transforms runs f as written
+
+Contract:
+
+* **Outside every torch.func transform** ``fn`` runs as written (one int check of the functorch
+  stack's depth, :func:`funcbwd.internals.stack_depth`).
+* **Under any transform** (vmap, grad, vjp, jvp, jacrev, jacfwd, hessian, nestings) ``fn`` runs as
+  the graph of ``torch.func.functionalize(fn)``, recorded once per signature (every tensor arg's
+  shape, strides, dtype and device; every other arg's type and value, kwargs by name; they are
+  baked into the graph) by :mod:`funcbwd.fx.tracer`, its ``aten.copy`` elided by
+  :func:`funcbwd.fx.elide.elide_copies`, checked once against the un-elided graph on seeded inputs
+  (random ops drawn alike; a refused elision keeps the un-elided graph), compiled to plain Python
+  (:mod:`funcbwd.fx.codegen`) and cached (:mod:`funcbwd.tool.cache`: LRU, ``maxsize`` signatures,
+  thread-safe; ``wrapper.cache_info()``, ``wrapper.cache_clear()``).
+* **Eager semantics**: a function that mutates its inputs still does (functionalization writes the
+  result back with ``copy_``); random ops draw anew on every call and follow ``vmap``'s
+  ``randomness=``; the graph computes what ``fn`` computes (same ops, same order).
+* **Untraceable ``fn``** (``.item()``, a Python branch on a tensor, ``nonzero``: data-dependent)
+  warns once (:class:`FunctionalizeFallbackWarning`, with the reason) and runs at call time: with
+  a vmap level active, as ``torch.func.functionalize(fn)``; otherwise as written (eager in-place
+  is differentiable under grad/vjp/jvp/jacrev, whose forward has no vmap level). Where
+  functionalize's ``aten.copy`` meets forward AD (``jacfwd``, ``hessian``: vmap over jvp; torch
+  raises "Trying to use forward AD with aten::copy" before any write is applied) it retries ``fn``
+  as written, which forward AD handles. **What cannot work**: an untraceable ``fn`` writing a
+  batched value into an unbatched tensor in place under vmap over reverse mode (``vmap(jacrev)``,
+  ``vmap(vjp)`` with batched primals): as written vmap refuses the write, functionalized
+  ``aten.copy`` has no derivative (torch raises "derivative for aten::copy is not implemented"
+  from the backward, too late to retry) and there is no graph to elide it from. ``.item()`` on a
+  batched tensor fails under vmap in any case (torch). A traceable ``fn`` has none of these limits.
+
+First call: the trace costs a few milliseconds per formula (see docs/your-code.md for the
+numbers). The one-time costs that remain in a fresh process are torch's: functionalizing an
+in-place op whose meta kernel is written in Python (``index_add_``, ``scatter_``, ``clamp_min_``:
+functionalization runs it on meta tensors first, pytorch ``gen_functionalization_type.py``) imports
+``torch.fx.experimental.symbolic_shapes`` and ``sympy`` (~0.5-1.5 s, once per process, also for
+plain ``vmap(functionalize(f))``); ``TORCH_DISABLE_FUNCTIONALIZATION_META_REFERENCE=1`` in the
+environment skips that check (read once, at the first functionalized in-place op).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+import torch
+
+from funcbwd import internals
+from funcbwd.errors import BadInputError
+from funcbwd.fx.formula_graphs import FormulaGraph
+from funcbwd.tool.cache import DEFAULT_MAXSIZE
+from funcbwd.tool.core import (CALLED, TRACED, Functionalizer, FunctionalizeFallbackWarning,
+                               Observer, Untraceable, signature_key)
+from funcbwd.tool.functions import functionalized_function
+
+__all__ = ["functionalized", "FunctionalizeFallbackWarning", "Untraceable", "entries", "CALLED",
+           "TRACED", "signature_key"]
+
+
+def functionalized(fn: Any = None, *, maxsize: int | None = DEFAULT_MAXSIZE,
+                   name: str | None = None, observer: Observer | None = None, warn: bool = True):
+    """Wrap ``fn`` (a function, or a ``torch.autograd.Function`` subclass) so that it works under
+    torch.func transforms (see the module docstring). Usable as ``@functionalized`` or
+    ``@functionalized(maxsize=...)``. ``observer(kind, entry)`` is told what was traced
+    (``TRACED``) and what ran (``CALLED``) for each call under a transform (the ``traced``
+    strategy's provenance); ``warn=False`` silences the fallback warning."""
+    if fn is None:
+        return functools.partial(functionalized, maxsize=maxsize, name=name, observer=observer,
+                                 warn=warn)
+    if isinstance(fn, type) and issubclass(fn, torch.autograd.Function):
+        return functionalized_function(fn, maxsize=maxsize, warn=warn)
+    if not callable(fn):
+        raise BadInputError(f"functionalized takes a function or a torch.autograd.Function "
+                            f"subclass, got {type(fn).__name__}")
+    core = Functionalizer(fn, name=name, maxsize=maxsize, observer=observer, warn=warn)
+    depth, call = internals.stack_depth, core.call
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not depth():
+            return fn(*args, **kwargs)
+        return call(args, kwargs)
+
+    try:
+        wrapper.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):  # builtins without a signature keep functools.wraps' view
+        pass
+    wrapper.cache_info = core.cache.info  # type: ignore[attr-defined]
+    wrapper.cache_clear = core.cache.clear  # type: ignore[attr-defined]
+    wrapper.functionalizer = core  # type: ignore[attr-defined]
+    return wrapper
+
+
+def entries(wrapper: Callable[..., Any]) -> list[FormulaGraph]:
+    """The traced graphs a wrapper holds now (untraceable signatures left out)."""
+    return [e for e in wrapper.functionalizer.cache.values() if isinstance(e, FormulaGraph)]

@@ -1,0 +1,110 @@
+"""python -m funcbwd doctor: run as a subprocess on a temporary module of the public cases; it
+names the culprit line, shows the graph diff, says functionalized fixes it (exit 0), exits 1 when
+the wrapper cannot fix a transform, and 2 with one line on bad MODULE:FUNC or --args."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+LIB = Path(__file__).resolve().parents[1] / "lib"
+
+MODULE = textwrap.dedent('''\
+    import torch
+
+
+    def issue_103329(x):
+        mat = torch.zeros(x.shape)
+        mat[0, 0] = mat[0, 1] + x[0, 0]  # LINE-103329
+        return mat
+
+
+    def issue_97248(x, y):
+        z = torch.empty(x.shape)
+        z.copy_(x)  # LINE-97248
+        z.copy_(y)
+        return z
+
+
+    def issue_105(x, w):
+        h = torch.zeros(6)
+        h[::2] = (w @ x)[:3]  # LINE-105
+        h[1::2] = (w @ x)[3:].tanh()
+        return h
+
+
+    def gated(x):
+        y = torch.zeros(x.shape)
+        y[0] = x[0] * 2  # LINE-gated
+        return y if x.sum() > -1e9 else y
+''')
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("doctor")
+    (d / "usercode.py").write_text(MODULE)
+    return d
+
+
+def doctor(workdir, *argv, timeout=240):
+    env = dict(os.environ, PYTHONPATH=f"{workdir}{os.pathsep}{LIB}", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "funcbwd", "doctor", *argv], cwd=workdir, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _line(tag: str) -> int:
+    return next(i for i, ln in enumerate(MODULE.splitlines(), 1) if f"LINE-{tag}" in ln)
+
+
+@pytest.mark.parametrize("func,args,tag,diff", [
+    ("issue_103329", "torch.randn(5, 6)", "103329", "copy_ -> copy"),
+    ("issue_97248", "torch.randn(3), torch.randn(3)", "97248", "copy_ x2 -> copy x2"),
+    ("issue_105", "torch.randn(6), torch.randn(6, 6)", "105", "slice_scatter"),
+])
+def test_names_the_culprit_line_and_fixes_it(workdir, func, args, tag, diff):
+    out = doctor(workdir, f"usercode:{func}", "--args", args, "--transforms", "vmap,jacrev,jacfwd")
+    # jacfwd passes plain: the write's target is not batched by forward AD's tangents
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"usercode.py:{_line(tag)}\n" in out.stdout
+    assert f"# LINE-{tag}" in out.stdout  # the culprit line's code, on its own line
+    assert diff in out.stdout and "fixes 2 of 2" in out.stdout
+    assert all(len(ln) <= 100 for ln in out.stdout.splitlines())
+    assert "doctor: vmap ..." in out.stderr  # progress on stderr
+
+
+def test_exit_1_when_the_wrapper_cannot_fix_a_transform(workdir):
+    # untraceable (a branch on x under vmap): .item() on a batched tensor fails either way
+    out = doctor(workdir, "usercode:gated", "--args", "torch.randn(4)", "--transforms", "vmap")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "still failing wrapped: vmap" in out.stdout
+    assert "cannot trace" in out.stdout
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["usercode:nope", "--args", "torch.randn(3)"], "has no function 'nope'"),
+    (["nomodule_xyz:f", "--args", "torch.randn(3)"], "cannot import 'nomodule_xyz'"),
+    (["usercode", "--args", "torch.randn(3)"], "expected MODULE:FUNC"),
+    (["usercode:issue_103329", "--args", "torch.randn(3"], "is not a Python expression"),
+    (["usercode:issue_103329", "--args", "3"], "no floating-point tensor"),
+    (["usercode:issue_103329", "--args", "torch.randn(3)", "--transforms", "vmapp"],
+     "unknown transform"),
+])
+def test_bad_input_is_one_line_and_exit_2(workdir, monkeypatch, capsys, argv, msg):
+    from funcbwd import cli
+
+    monkeypatch.syspath_prepend(str(workdir))
+    monkeypatch.chdir(workdir)
+    assert cli.main(["doctor", *argv]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and msg in lines[0], lines
+
+
+def test_bad_input_as_a_subprocess(workdir):
+    out = doctor(workdir, "usercode:nope", "--args", "torch.randn(3)", timeout=120)
+    assert out.returncode == 2 and out.stderr.strip() == "error: usercode has no function 'nope'"

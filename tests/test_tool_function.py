@@ -1,0 +1,149 @@
+"""@funcbwd.functionalized on torch.autograd.Function subclasses (functorch#207's ReLUAlpha,
+re-created in setup_context style): backward/jvp functionalized under transforms, saved tensors
+as graph inputs, ctx attributes in the key, generate_vmap_rule, the old-style refusal."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.func import jacfwd, jacrev, vjp, vmap
+
+import funcbwd
+from funcbwd.errors import FuncbwdError
+
+
+class ReLUAlpha(torch.autograd.Function):
+    """functorch#207 (comment of 2022-12-23): backward masks a copy of the cotangent in place.
+    setup_context style with generate_vmap_rule, as torch.func requires: the fair plain case."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, alpha):
+        return x.clamp(min=0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, alpha = inputs
+        ctx.save_for_backward(x)
+        ctx.alpha = alpha
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        grad_input = grad_output.clone()
+        grad_input[x < 0] = 0
+        grad_input[x == 0] = ctx.alpha
+        return grad_input, None
+
+
+def torch_grad(x, alpha):
+    """The derivative torch's own ops give (ReLU, with alpha at 0)."""
+    return torch.where(x > 0, 1.0, torch.where(x == 0, alpha, 0.0)).to(x.dtype)
+
+
+def torch_vjp(x, g, alpha):
+    """What the backward computes, out of place (alpha where x == 0, whatever the cotangent)."""
+    return torch.where(x == 0, torch.full_like(g, alpha), torch.where(x > 0, g, torch.zeros_like(g)))
+
+
+@pytest.fixture
+def x():
+    x = torch.randn(4, 5, dtype=torch.float64)
+    x[0, 0] = x[1, 2] = 0.0  # the alpha branch
+    return x
+
+
+def test_plain_fails_under_vmap_of_reverse_mode(x):
+    with pytest.raises(RuntimeError, match="dynamic shape|nonzero"):
+        vmap(jacrev(lambda v: ReLUAlpha.apply(v, 10.0)))(x)
+
+
+def test_wrapped_matches_loop_and_torch(x):
+    F = funcbwd.functionalized(ReLUAlpha)
+    jac = vmap(jacrev(lambda v: F.apply(v, 10.0)))(x)
+    loop = torch.stack([torch.autograd.functional.jacobian(lambda v: ReLUAlpha.apply(v, 10.0), s)
+                        for s in x])
+    torch.testing.assert_close(jac, loop)
+    torch.testing.assert_close(torch.diagonal(jac, dim1=1, dim2=2), torch_grad(x, 10.0))
+    # vmap(vjp) with batched primals and cotangents
+    g = torch.randn_like(x)
+    got = vmap(lambda v, c: vjp(lambda u: F.apply(u, 10.0), v)[1](c)[0])(x, g)
+    torch.testing.assert_close(got, torch_vjp(x, g, 10.0))
+    # forward mode over the generated vmap rule (no jvp staticmethod: torch's own)
+    with pytest.raises(RuntimeError):
+        jacfwd(lambda v: F.apply(v, 10.0))(x[0])  # no jvp defined: forward AD refuses, as plain
+
+
+def test_saved_tensors_are_inputs_and_attributes_are_keys(x):
+    F = funcbwd.functionalized(ReLUAlpha)
+    for alpha in (10.0, 5.0, 10.0):
+        g = torch.randn_like(x)
+        got = vmap(lambda v, c: vjp(lambda u: F.apply(u, alpha), v)[1](c)[0])(x, g)
+        torch.testing.assert_close(got, torch_vjp(x, g, alpha))
+        y = -x  # another saved tensor, same signature: not baked into the graph
+        got = vmap(lambda v, c: vjp(lambda u: F.apply(u, alpha), v)[1](c)[0])(y, g)
+        torch.testing.assert_close(got, torch_vjp(y, g, alpha))
+    info = F.cache_info()
+    assert info.misses == 2 and info.hits == 4  # one graph per alpha
+
+
+def test_outside_transforms_backward_runs_as_written(x):
+    F = funcbwd.functionalized(ReLUAlpha)
+    v = x.clone().requires_grad_()
+    F.apply(v, 10.0).sum().backward()
+    torch.testing.assert_close(v.grad, torch_grad(x, 10.0))
+    assert F.cache_info().misses == 0
+    assert issubclass(F, ReLUAlpha) and F.generate_vmap_rule and F.__name__ == "ReLUAlpha"
+    assert F.apply is not None and F.forward is ReLUAlpha.forward
+
+
+class WithJvp(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x * 2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        out = torch.zeros(g.shape, dtype=g.dtype)
+        out.copy_(g * 2)
+        return out
+
+    @staticmethod
+    def jvp(ctx, t):
+        out = torch.zeros(t.shape, dtype=t.dtype)
+        out[...] = t * 2
+        return out
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        return x * 2, in_dims[0]
+
+
+def test_jvp_is_functionalized_and_a_vmap_rule_is_kept():
+    F = funcbwd.functionalized(WithJvp)
+    assert F.generate_vmap_rule is False  # the class has its own vmap staticmethod
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(vmap(jacfwd(F.apply))(x), 2 * torch.eye(4).expand(3, 4, 4))
+    torch.testing.assert_close(vmap(jacrev(F.apply))(x), 2 * torch.eye(4).expand(3, 4, 4))
+    with pytest.raises(RuntimeError, match="inplace"):
+        vmap(jacfwd(WithJvp.apply))(x)  # plain: the jvp writes a batched tangent into zeros
+
+
+class OldStyle(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_old_style_function_gets_one_clear_error():
+    with pytest.raises(FuncbwdError, match="old style forward\\(ctx.*setup_context"):
+        funcbwd.functionalized(OldStyle)
