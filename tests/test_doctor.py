@@ -102,9 +102,13 @@ def test_bad_input_is_one_line_and_exit_2(workdir, monkeypatch, capsys, argv, ms
     monkeypatch.chdir(workdir)
     assert cli.main(["doctor", *argv]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and msg in lines[0], lines
+    # one message, named for the command, wrapped to 100 columns (continuations indented)
+    assert lines[0].startswith("python -m funcbwd doctor: error: "), lines
+    assert all((ln.startswith("    ") or ln.startswith("valid ")) and len(ln) <= 100 for ln in lines[1:]), lines
+    assert msg in " ".join(ln.strip() for ln in lines), lines
 
 
 def test_bad_input_as_a_subprocess(workdir):
     out = doctor(workdir, "usercode:nope", "--args", "torch.randn(3)", timeout=120)
-    assert out.returncode == 2 and out.stderr.strip() == "error: usercode has no function 'nope'"
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "python -m funcbwd doctor: error: usercode has no function 'nope'")

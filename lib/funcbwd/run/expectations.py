@@ -150,6 +150,8 @@ RULES: list[tuple[Any, Any, Any, Expected]] = [
         "other", "AOTAutograd raises 'Cannot access storage of TensorWrapper' on dynamo's graph (samples "
         "'full, ...'; the eager backend passes them on torch's formula)", ran=False)),
     (["compiled"], ["prod"], ["jacrev", "jacrev_jacrev", "jacfwd_jacrev"], _plain_path(_TORCH)),
+    (["compiled"], ["prod"], ["vjp_of_vjp"], Expected("mismatch", "legacy_wrong", False,
+        "the eager fallback runs the legacy formula as written: " + _PROD_LEGACY_WRONG)),
     # ---- the legacy formula itself is wrong (checked against torch's own gradient): every
     # strategy that runs it inherits the error; mechanism_ran as the rules above say
     *[([st], ["prod"], [sc], Expected("mismatch", "legacy_wrong", ran, _PROD_LEGACY_WRONG))
