@@ -127,7 +127,8 @@ def map_items(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int = 
               progress: bool | Progress = True,
               on_failure: Callable[[Any, str, str], Any] = failure_record,
               crash_retries: int = 1, warmup: Callable[[], Any] | None | str = "import",
-              cluster_options: dict | None = None) -> list[Any]:
+              cluster_options: dict | None = None,
+              on_result: Callable[[Any, Any], None] | None = None) -> list[Any]:
     """``[fn(item) for item in items]`` on Dask workers, each failing item replaced by
     ``on_failure(item, reason, message)`` (see the module docstring for the reasons).
 
@@ -138,7 +139,10 @@ def map_items(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int = 
     in seconds (None = none), counted from when a worker takes the item. ``warmup`` is a
     picklable no-argument callable every worker runs once at start (see :class:`Warmup`);
     the default imports ``fn``'s module, None skips it. ``cluster_options`` are extra
-    ``LocalCluster`` arguments (e.g. ``memory_limit``)."""
+    ``LocalCluster`` arguments (e.g. ``memory_limit``).
+    ``on_result(item, record)`` is called as each item's record arrives (success or failure
+    record, in completion order): a caller saving records as they come can resume an
+    interrupted sweep."""
     items = list(items)
     _check(fn, workers, scheduler, timeout, crash_retries)
     if warmup == "import":
@@ -146,9 +150,9 @@ def map_items(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int = 
     elif warmup is not None and not callable(warmup):
         raise BadInputError(f"warmup must be a callable, None or 'import', got {warmup!r}")
     if scheduler is None and workers == 0:
-        return _serial(fn, items, on_failure, progress, timeout)
+        return _serial(fn, items, on_failure, progress, timeout, on_result)
     return _distributed(fn, items, workers, scheduler, timeout, progress, on_failure,
-                        crash_retries, warmup, cluster_options or {})
+                        crash_retries, warmup, cluster_options or {}, on_result)
 
 
 def _check(fn, workers, scheduler, timeout, crash_retries) -> None:
@@ -167,7 +171,7 @@ def _check(fn, workers, scheduler, timeout, crash_retries) -> None:
 
 
 def _serial(fn, items: Sequence[Any], on_failure, progress: bool | Progress,
-            timeout: float | None) -> list[Any]:
+            timeout: float | None, on_result=None) -> list[Any]:
     note = "serial, in this process" + ("; timeouts not enforced" if timeout is not None else "")
     bar = _progress(progress, len(items), note)
     out = []
@@ -176,6 +180,8 @@ def _serial(fn, items: Sequence[Any], on_failure, progress: bool | Progress,
         result = _call(fn, item)  # the caller's process: its torch threads are left alone
         failed = _is_failure(result)
         out.append(on_failure(item, "error", result["message"]) if failed else result)
+        if on_result is not None:
+            on_result(item, out[-1])
         bar.advance(failed=failed)
     bar.close()
     return out
@@ -207,7 +213,7 @@ def _start(workers: int, scheduler: str | None, cluster_options: dict):
 
 
 def _distributed(fn, items, workers, scheduler, timeout, progress, on_failure, crash_retries,
-                 warmup, cluster_options) -> list[Any]:
+                 warmup, cluster_options, on_result=None) -> list[Any]:
     from distributed import wait
     from distributed.scheduler import KilledWorker
 
@@ -227,6 +233,8 @@ def _distributed(fn, items, workers, scheduler, timeout, progress, on_failure, c
 
         def finish(index: int, value: Any, failed: bool) -> None:
             results[index] = value
+            if on_result is not None:
+                on_result(items[index], value)
             bar.advance(failed=failed, label=str(items[index]))
 
         for i in range(len(items)):

@@ -31,12 +31,11 @@ from funcbwd.measure.bench_config import NO_STRATEGY
 from funcbwd.ops import registry
 from funcbwd.run import matrix, summary
 from funcbwd.run.runner import CellResult
+from funcbwd.strategies import CANDIDATES, REFERENCES  # the registry's roles
 
 #: file names in a data directory (the checkout's ``data/``; the library takes explicit paths)
 EVIDENCE_FILE = "review-evidence.json"
 BENCH_FILE = "bench-quick.json"
-CANDIDATES = ("composite", "hooks", "whole", "per_formula", "traced")
-REFERENCES = ("plain", "builtin", "handfixed")
 SCHEMA = "funcbwd-review/1"
 
 

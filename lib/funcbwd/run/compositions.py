@@ -43,8 +43,10 @@ def _fresh(tree: Any) -> Any:
 
 
 def _randn_like(tree: Any, g: torch.Generator) -> Any:
-    """torch.randn_like over a pytree (same layout), from ``g``."""
-    return pytree.tree_map(lambda x: torch.empty_like(x).normal_(generator=g), tree)
+    """torch.randn_like over a pytree, from ``g``, drawn in logical (row-major) order: the values
+    must not depend on the layout, or a vmapped output (batch dim moved to the front, a permuted
+    layout) and the per-sample loop's stacked one would get different cotangents."""
+    return pytree.tree_map(lambda x: torch.randn(x.shape, generator=g, dtype=x.dtype), tree)
 
 
 def _primal_positions(flat: Sequence[Any], by: str) -> list[int]:
@@ -67,7 +69,7 @@ def _normalized(op: Callable, flat: Sequence[Any], spec: Any, kwargs: dict, proc
         if process is not None:
             out = process(out)
         if isinstance(out, tuple):
-            out = tuple(r for r in out if torch.is_floating_point(r))
+            out = tuple(r for r in out if torch.is_floating_point(r) or torch.is_complex(r))
             if not out:
                 raise BadInputError("the op returned no floating-point output")
         return out

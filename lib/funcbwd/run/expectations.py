@@ -16,12 +16,12 @@ import dataclasses
 from typing import Any, Iterable
 
 from funcbwd.ops.registry import TEST_OPS
+from funcbwd.strategies import CANDIDATES, available
 from funcbwd.run.scenarios import BACKWARD_NAMES as SCENARIO_NAMES
 
-STRATEGIES = ("plain", "builtin", "handfixed", "composite", "hooks", "whole", "per_formula", "traced",
-              "compiled")
+STRATEGIES = tuple(available())  # the registry's matrix strategies (funcbwd.strategies.REGISTRY)
 #: the strategies that run a legacy formula through functionalization
-FUNCTIONALIZING = ("composite", "hooks", "whole", "per_formula", "traced")
+FUNCTIONALIZING = CANDIDATES
 INPLACE_OPS = ("diag", "index_select", "topk", "mode", "sort")
 JACOBIANS = ("jacrev", "jacrev_jacrev", "jacfwd_jacrev", "vmap_jacrev")
 PRIMAL_BATCHING = ("vmap_all_args", "grad_inside_vmap", "vmap_jacrev")

@@ -143,6 +143,20 @@ class ReferenceFailed(RuntimeError):
     """The per-sample loop (the reference), not the strategy, raised."""
 
 
+def _unless_reference_fails_too(trial: Trial, snap: caller.Snapshot, error: Exception) -> None:
+    """When the strategy's call raised: if the per-sample loop raises as well, the composition
+    does not exist unbatched (e.g. torch has no double-backward formula for the op), which is
+    not the transform's failure: not applicable, saying why. Otherwise returns (the caller
+    re-raises the strategy's error)."""
+    try:
+        trial.loop(snap.fresh())
+    except Exception as e:  # noqa: BLE001
+        raise NotApplicableError(
+            f"the composition fails without vmap too (the per-sample loop raises "
+            f"{type(e).__name__}: {first_line(str(e), 120)}); the transform raised "
+            f"{type(error).__name__}") from error
+
+
 def _eager_changes_for(case: Case) -> Callable[[], dict[str, float]]:
     memo: dict[str, dict[str, float]] = {}
 
@@ -159,8 +173,14 @@ def run_trial(case: Case, trial: Trial, tol: Callable[[torch.dtype], tolerances.
     """One trial: the strategy's call on the caller's tensors, then both references on fresh
     copies. Raises what the strategy's call raises."""
     snap = caller.Snapshot.of(trial.inputs)
-    with case.strategy_part():
-        actual = tuple(trial.call())
+    try:
+        with case.strategy_part():
+            actual = tuple(trial.call())
+    except NotApplicableError:
+        raise
+    except Exception as e:
+        _unless_reference_fails_too(trial, snap, e)
+        raise
     changes = snap.changes()
     if changes:
         # the results may alias a changed caller tensor (a formula returning its grad): keep them
@@ -234,6 +254,7 @@ def _fill(result: CellResult, outcomes: list[TrialOutcome]) -> None:
 def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
         sample: str | registry.Sample | None = None, *, batch: int | None = None,
         dtype: torch.dtype | None = None, entries: str = "distinct", budget_s: float | None = None,
+        first: Sequence[str] = (),
         around: Callable[[], ContextManager[Any]] | None = None) -> CellResult:
     """Run one cell against its references (see the module docstring).
 
@@ -241,8 +262,9 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
     deliberately broken variants). ``dtype`` casts the sample's floating args (default: as the
     sample has them). ``entries``: "distinct" or "copies" (batch entries). ``budget_s``: after
     that many seconds no further trial starts, and a cell with trials left is a ``timeout``
-    (never a pass). ``around`` (an observer, e.g. the trace recorder) is entered around the
-    scenario itself."""
+    (never a pass). ``first``: trial labels (e.g. the in_dims choice another strategy failed on)
+    to run before the others, so a budget spends itself where the answer is. ``around`` (an
+    observer, e.g. the trace recorder) is entered around the scenario itself."""
     spec = op if isinstance(op, registry.OpSpec) else registry.get_op(op)
     parse_names("scenario", [scenario], SCENARIO_GROUPS)
     st = get_strategy(strategy)
@@ -271,6 +293,8 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
         try:
             with around() if around else contextlib.nullcontext():
                 trials = SCENARIOS[scenario].trials(case)
+                if first:
+                    trials.sort(key=lambda t: t.label not in first)  # stable: the rest keep order
                 result.trials_total = len(trials)
                 for trial in trials:
                     if budget_s is not None and outcomes and time.perf_counter() - start > budget_s:
