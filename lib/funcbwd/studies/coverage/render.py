@@ -1,0 +1,91 @@
+"""The sweep as text, markdown and HTML tables: rendering only (the counts are
+:mod:`funcbwd.studies.coverage.summary`'s, the verdicts :mod:`funcbwd.studies.coverage.verdicts`').
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Sequence
+
+from funcbwd.studies.coverage import verdicts as V
+from funcbwd.tables import WIDTH, paragraph, table
+
+COLUMNS = ("pass", "fail", "mismatch", "timeout", "not_applicable", "fallback", "regressions",
+           "fixes", "inplace_fixes")
+HEADERS = ("pass", "fail", "wrong", "budget", "n/a", "slow fb", "regr.", "fixes", "in-place fixes")
+
+
+def composition_rows(summary: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for comp, per in summary["compositions"].items():
+        for st, c in per.items():
+            rows.append([comp, st] + [str(c[k]) if k not in ("regressions", "fixes", "inplace_fixes")
+                                      or st != "builtin" else "-" for k in COLUMNS])
+    return rows
+
+
+def meta_line(meta: dict[str, Any]) -> str:
+    samples = "; ".join(f"{d}: " + ", ".join(f"{c} {'all' if n is None else n}"
+                                             for c, n in per.items())
+                        for d, per in meta["samples"].items())
+    return (f"{meta.get('ops', '?')} OpInfo ops, torch {meta.get('torch', '?')}; samples per "
+            f"dtype and composition: {samples}; every in_dims choice (no cap), distinct batch "
+            f"entries, budget {meta['budget_s']:g} s per cell and {meta['op_budget_s']:g} s per op "
+            f"(a spent budget is 'budget', never a pass); {meta.get('workers', '?')} Dask workers, "
+            f"{meta.get('seconds', 0) / 60:.0f} min.")
+
+
+def text(doc: dict[str, Any], summary: dict[str, Any], width: int = WIDTH) -> str:
+    out = [paragraph(meta_line(doc["meta"]), width), "",
+           table(["composition", "strategy", *HEADERS], composition_rows(summary), width=width,
+                 align="ll" + "r" * len(COLUMNS))]
+    counts = V.counts(doc.get("upstream_xfails") or [])
+    if counts:
+        out += ["", paragraph("upstream's expected failures, with the verdict computed on torch "
+                              "2.13 from the records:", width),
+                table(["test", *V.VERDICTS], [[t, *(str(c[v]) for v in V.VERDICTS)]
+                                              for t, c in counts.items()], width=width,
+                      align="l" + "r" * len(V.VERDICTS))]
+    if summary["regressions"]:
+        out += ["", f"regressions vs builtin: {len(summary['regressions'])}"] + [
+            paragraph(f"{r['cell'][0]} sample {r['cell'][1]} {r['cell'][2]} {r['cell'][3]}: "
+                      f"{r['strategy']} {r['status']} {r['reason']}", width, "  ", "    ")
+            for r in summary["regressions"][:20]]
+    return "\n".join(out)
+
+
+def markdown(doc: dict[str, Any], summary: dict[str, Any]) -> str:
+    """The README's ``coverage`` block."""
+    lines = ["| composition | strategy | " + " | ".join(HEADERS) + " |",
+             "|---|---|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(f"`{c}`" if i < 2 else c for i, c in enumerate(row)) + " |"
+              for row in composition_rows(summary)]
+    regress = len(summary["regressions"])
+    lines += ["", f"**{regress} regressions against builtin.**" if regress else
+              "**No regressions against builtin.**"]
+    counts = V.counts(doc.get("upstream_xfails") or [])
+    if counts:
+        lines += ["", "Upstream's expected failures (`test/functorch/test_ops.py`), each with a "
+                      "verdict computed on torch 2.13:", "",
+                  "| test | " + " | ".join(V.VERDICTS) + " |", "|---|" + "---|" * len(V.VERDICTS)]
+        lines += [f"| `{t}` | " + " | ".join(str(c[v]) for v in V.VERDICTS) + " |"
+                  for t, c in counts.items()]
+    lines += ["", f"_{meta_line(doc['meta'])} From `data/coverage.json.gz`; recompute with "
+                  "`python -m funcbwd coverage --workers 2 --out data/coverage.json.gz` "
+                  "(resumable: `--resume`); `notebooks/coverage.ipynb` shows every verdict._"]
+    return "\n".join(lines)
+
+
+def verdict_rows(vs: Sequence[dict[str, Any]], only: Sequence[str] | None = None) -> list[list[str]]:
+    return [[v["test"].removeprefix("test_"), v["op"] + (f".{v['variant']}" if v["variant"] else ""),
+             v["kind"], v["verdict"], v["reason"][:60], v["evidence"][:90]]
+            for v in vs if only is None or v["verdict"] in only]
+
+
+def verdicts_html(vs: Sequence[dict[str, Any]], only: Sequence[str] | None = None) -> str:
+    head = "".join(f"<th>{h}</th>" for h in ("test", "op", "kind", "verdict", "upstream's reason",
+                                               "evidence"))
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                   for row in verdict_rows(vs, only))
+    return (f'<table class="funcbwd-verdicts" style="table-layout:fixed;width:100%;'
+            f'word-wrap:break-word;font-size:12px"><tr>{head}</tr>{body}</table>')

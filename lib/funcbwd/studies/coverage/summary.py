@@ -1,0 +1,107 @@
+"""What the sweep's records say, per composition and strategy: counts, slow fallbacks,
+regressions and fixes against ``builtin`` (torch as is).
+
+Records pair by cell (op, sample, dtype, composition). For a functionalizing strategy:
+
+* a **regression**: ``builtin`` passes the cell and the strategy fails or mismatches it;
+* a **fix**: ``builtin`` fails or mismatches and the strategy passes with its mechanism ran;
+  an **in-place fix** when ``builtin``'s failure is vmap's in-place error (``vmap_inplace``);
+* **unresolved**: either side ran out of budget (``timeout``): neither a pass nor a failure.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, Sequence
+
+from funcbwd.run.outcomes import STATUSES
+
+BASELINE = "builtin"
+Cell = tuple[str, str, str, str]  # op, sample, dtype, composition
+
+
+def cell_of(r: dict[str, Any]) -> Cell:
+    return (r["op"], r["sample"], r["dtype"], r["composition"])
+
+
+def by_cell(records: Iterable[dict[str, Any]]) -> dict[Cell, dict[str, dict[str, Any]]]:
+    """cell -> strategy -> record."""
+    out: dict[Cell, dict[str, dict]] = {}
+    for r in records:
+        out.setdefault(cell_of(r), {})[r["strategy"]] = r
+    return out
+
+
+def _bad(r: dict | None) -> bool:
+    return r is not None and r["status"] in ("fail", "mismatch")
+
+
+def compare_cell(base: dict | None, other: dict | None) -> str:
+    """``regression`` / ``fix`` / ``inplace_fix`` / ``unresolved`` / ``same`` for one strategy's
+    record against builtin's (see the module docstring)."""
+    if base is None or other is None or "not_applicable" in (base["status"], other["status"]):
+        return "same"
+    if "timeout" in (base["status"], other["status"]):
+        return "unresolved"
+    if base["status"] == "pass" and _bad(other):
+        return "regression"
+    if _bad(base) and other["status"] == "pass" and other["mechanism_ran"]:
+        return "inplace_fix" if base["reason"] == "vmap_inplace" else "fix"
+    return "same"
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``{"compositions": {comp: {strategy: {status counts, "fallback", "regressions", "fixes",
+    "inplace_fixes", "unresolved"}}}, "regressions": [...], "fixes": [...], "inplace_failures":
+    [...]}`` (the lists: one entry per cell, with the strategy)."""
+    cells = by_cell(records)
+    comps: dict[str, dict[str, Counter]] = {}
+    regressions, fixes, inplace = [], [], []
+    for cell, per in cells.items():
+        base = per.get(BASELINE)
+        if base is not None and base["status"] == "fail" and base["reason"] == "vmap_inplace":
+            inplace.append({"cell": cell, "message": base["message"], "detail": base["detail"]})
+        for st, r in per.items():
+            c = comps.setdefault(cell[3], {}).setdefault(st, Counter())
+            c[r["status"]] += 1
+            if r["status"] == "pass" and r["fallback_ops"]:
+                c["fallback"] += 1
+            if st == BASELINE:
+                continue
+            kind = compare_cell(base, r)
+            if kind == "regression":
+                c["regressions"] += 1
+                regressions.append({"cell": cell, "strategy": st, "status": r["status"],
+                                    "reason": r["reason"], "message": r["message"]})
+            elif kind in ("fix", "inplace_fix"):
+                c["fixes"] += 1
+                c["inplace_fixes"] += kind == "inplace_fix"
+                fixes.append({"cell": cell, "strategy": st, "inplace": kind == "inplace_fix",
+                              "builtin": base["reason"] or base["status"]})
+            elif kind == "unresolved":
+                c["unresolved"] += 1
+    table = {comp: {st: {k: int(c.get(k, 0)) for k in (*STATUSES, "fallback", "regressions",
+                                                       "fixes", "inplace_fixes", "unresolved")}
+                    for st, c in per.items()} for comp, per in comps.items()}
+    return {"compositions": table, "regressions": regressions, "fixes": fixes,
+            "inplace_failures": inplace}
+
+
+def inplace_fixed_by(records: Sequence[dict[str, Any]], strategy: str) -> dict[str, int]:
+    """Of the cells where builtin fails with vmap's in-place error: how many ``strategy`` passes
+    (mechanism ran), fails, or leaves unresolved (budget)."""
+    out = Counter()
+    for cell, per in by_cell(records).items():
+        base = per.get(BASELINE)
+        if base is None or not (base["status"] == "fail" and base["reason"] == "vmap_inplace"):
+            continue
+        r = per.get(strategy)
+        if r is None:
+            out["missing"] += 1
+        elif r["status"] == "pass" and r["mechanism_ran"]:
+            out["fixed"] += 1
+        elif r["status"] == "timeout":
+            out["unresolved"] += 1
+        else:
+            out["not_fixed"] += 1
+    return dict(out)
