@@ -16,7 +16,7 @@
 # %% [markdown]
 # # funcbwd: how should in-place backward formulas be functionalized for `vmap(vjp(f))`?
 #
-# **The decision first**, computed by `funcbwd.measure.review.decision` from the saved evidence
+# **The decision first**, computed by `funcbwd.studies.review.review.decision` from the saved evidence
 # (`data/review-evidence.json`; counts over every sample). `design_review` recomputes each row live,
 # and section 4 checks the counts against this notebook's own run of the matrix.
 
@@ -24,8 +24,9 @@
 import os
 
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # read when torch loads: no C++ warnings in outputs
-from funcbwd.measure import review
-from funcbwd.views import decision as decision_view, display
+from funcbwd.studies.review import review
+from funcbwd.views import display
+from funcbwd.studies.review import decision as decision_view
 
 display.setup_notebook()
 evidence = review.load_evidence(os.path.join("..", "data", review.EVIDENCE_FILE))
@@ -58,7 +59,8 @@ from torch.func import vmap
 from funcbwd import internals
 from funcbwd.ops import registry
 from funcbwd.errors import first_line
-from funcbwd.run import matrix, outcomes
+from funcbwd.run import outcomes
+from funcbwd.studies.matrix import matrix
 from funcbwd.strategies import available, get_strategy
 
 print("strategies:", ", ".join(available()))
@@ -84,9 +86,8 @@ cotangents = torch.randn(3, *torch.diag(x, k).shape, generator=torch.Generator()
 
 def batched_vjp(strategy_name: str) -> torch.Tensor:
     st = get_strategy(strategy_name)
-    with st.active():
-        _, vjp_fn = st.vjp(lambda t: st.function(spec)(t, k), x)
-        (grads,) = vmap(vjp_fn)(cotangents)
+    _, vjp_fn = st.vjp(lambda t: st.function(spec)(t, k), x)
+    (grads,) = vmap(vjp_fn)(cotangents)
     return grads
 
 
@@ -141,7 +142,7 @@ assert torch.allclose(grads, loop, atol=1e-6)
 # %% [markdown]
 # ## 4. The matrix: every op x scenario x strategy
 #
-# `funcbwd.run.matrix.run_matrix` runs each of the 8 test ops of functorch#241, every sample, in 8
+# `funcbwd.studies.matrix.matrix.run_matrix` runs each of the 8 test ops of functorch#241, every sample, in 8
 # transform scenarios under every strategy, and compares each result with a per-sample Python loop
 # (about a minute). Every count in this notebook is over op x scenario cells, and a cell passes only
 # if every one of its samples passes: the same basis as the decision above. Strategies:

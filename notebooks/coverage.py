@@ -41,7 +41,8 @@ import os
 # timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from funcbwd.measure import coverage_cost, coverage_summary
+from funcbwd.measure import coverage_summary
+from funcbwd.studies.coverage import cost as coverage_cost
 from funcbwd.views import display
 
 display.setup_notebook()

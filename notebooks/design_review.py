@@ -18,16 +18,18 @@
 #
 # **The decision first**, recomputed live here: every sample of the 8 test ops in every scenario
 # under every strategy (about two minutes), the saved bench run and the live probes, weighed by
-# `funcbwd.measure.review.decision`. Then the original discussion (functorch#241), point by point,
+# `funcbwd.studies.review.review.decision`. Then the original discussion (functorch#241), point by point,
 # each point with the computed cell that decides it.
 
 # %%
 import os
 
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # read when torch loads: no C++ warnings in outputs
-from funcbwd.measure import bench_results, review
-from funcbwd.run import matrix
-from funcbwd.views import decision as decision_view, display
+from funcbwd.studies.bench import results as bench_results
+from funcbwd.studies.review import review
+from funcbwd.studies.matrix import matrix
+from funcbwd.views import display
+from funcbwd.studies.review import decision as decision_view
 
 display.setup_notebook()
 DATA = os.path.join("..", "data")
@@ -165,7 +167,7 @@ print(claim.get("reason") or "\n".join(f"{g['graph']}: {g.get('verdict', g.get('
 # (`review_probes.needs_per_op_input`: 1 = the strategy needs it):
 
 # %%
-from funcbwd.measure import review_probes
+from funcbwd.studies.review import probes as review_probes
 
 print({st: review_probes.needs_per_op_input(st) for st in ("per_formula", "traced", "composite")})
 
@@ -183,10 +185,10 @@ for st in ("per_formula", "traced"):
 # ## "Copies seem scary"
 #
 # Functionalization replaces a write into a view by a copy plus a `*_scatter`. How many copy-like
-# ops does each form add over `builtin`'s graph, under vmap (`funcbwd.observe.graphs.copy_table`)?
+# ops does each form add over `builtin`'s graph, under vmap (`funcbwd.studies.graphs.graphs.copy_table`)?
 
 # %%
-from funcbwd.observe import graphs
+from funcbwd.studies.graphs import graphs
 from funcbwd.ops import registry
 
 copy_rows = graphs.copy_table(ops=registry.TEST_OPS, vmap=True)
@@ -228,8 +230,8 @@ for u in evidence.unsolved:
 # %%
 import json
 
-from funcbwd.measure import deletable
-from funcbwd.views import live
+from funcbwd.studies.deletable import deletable
+from funcbwd.studies.deletable import render as live
 
 live_table = json.load(open(os.path.join(DATA, live.LIVE_FILE_NAME)))
 for st in live_table["strategies"]:

@@ -35,10 +35,12 @@ import os
 # timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from funcbwd.observe import graphs, trace
+from funcbwd.studies.graphs import graphs
+from funcbwd.studies.trace import trace
 from funcbwd.ops import registry
 from funcbwd.errors import first_line
-from funcbwd.run import matrix, outcomes, runner, scenarios
+from funcbwd.run import outcomes, runner, scenarios
+from funcbwd.studies.matrix import matrix
 from funcbwd.views import display
 from funcbwd.strategies import available
 
@@ -112,7 +114,7 @@ display.formula_source(OP)
 # index/mask/min/max as PyTorch's `test_vmapvjp` does), sample by sample, until a cell fails.
 
 # %%
-search = ["vmap_cotangents", "vmap_all_args"] + [s for s in scenarios.SCENARIO_NAMES
+search = ["vmap_cotangents", "vmap_all_args"] + [s for s in scenarios.BACKWARD_NAMES
                                                   if s not in ("vmap_cotangents", "vmap_all_args")]
 cells = (runner.run(OP, sc, "plain", smp) for sc in search for smp in spec.samples())
 failing = next((cell for cell in cells if cell.status != "pass"), None)
@@ -122,7 +124,7 @@ print(f"status: {failing.status} ({failing.reason}: {outcomes.REASONS[failing.re
 print("error:", failing.error_class + ":", first_line(failing.message, 200))
 
 # %% [markdown]
-# The dispatch-key trace of that cell (`funcbwd.observe.trace.trace`): each torch call the formula made,
+# The dispatch-key trace of that cell (`funcbwd.studies.trace.trace.trace`): each torch call the formula made,
 # the functorch interpreter stack, each tensor argument's wrapper chain, and how vmap handles the
 # op. The failing call is marked. Only the last formula call is shown (the one that failed;
 # `vmap_all_args` calls the formula once per in_dims choice).
@@ -136,7 +138,7 @@ assert t.status == failing.status and t.reason == failing.reason
 # %% [markdown]
 # ## 3. Every strategy in every scenario
 #
-# `funcbwd.run.matrix.run_matrix(ops=[OP])`: every sample of the op, in every scenario, under every
+# `funcbwd.studies.matrix.matrix.run_matrix(ops=[OP])`: every sample of the op, in every scenario, under every
 # strategy, each compared with a per-sample loop over plain autograd (atol = rtol = 1e-4).
 # A cell shows the worst sample; `k/n` is how many samples passed.
 
@@ -166,7 +168,7 @@ print("no fallback:", ", ".join(st for st in available() if st not in fallback) 
 # %% [markdown]
 # ## 4. The formula's graph: plain -> functionalized -> elided
 #
-# `funcbwd.observe.graphs.capture` traces the formula with `make_fx` for the op's first sample: as
+# `funcbwd.studies.graphs.graphs.capture` traces the formula with `make_fx` for the op's first sample: as
 # written (`plain`), under `torch.func.functionalize` (what `per_formula` runs) and after the FX
 # pass that elides functionalization's `aten.copy` (what `traced` runs).
 
@@ -208,8 +210,8 @@ for vmapped in (False, True):
 BENCH = os.path.join("..", "data", "bench-quick.json")
 saved_bench = None
 if os.path.exists(BENCH):
-    from funcbwd.measure import bench_results
-    from funcbwd.views import plots
+    from funcbwd.studies.bench import results as bench_results
+    from funcbwd.studies.bench import charts as plots
 
     saved_bench = bench_results.load(BENCH)
     for metric in ("ratio_vs_handfixed", "ratio_vs_builtin", "speedup_vs_loop"):

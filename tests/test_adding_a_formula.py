@@ -14,7 +14,7 @@ import torch
 
 from funcbwd import legacy
 from funcbwd.ops import registry
-from funcbwd.run import matrix
+from funcbwd.studies.matrix import matrix
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "adding-a-formula.md"
 

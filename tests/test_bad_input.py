@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from funcbwd.measure import bad_input
+from funcbwd.studies.bad_input import cases as bad_input
 from funcbwd.views import readme
 
 README = Path(__file__).resolve().parents[1] / "README.md"

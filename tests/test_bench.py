@@ -1,4 +1,4 @@
-"""The bench (funcbwd.measure.bench*, timing), its charts (funcbwd.views.plots) and README block,
+"""The bench (funcbwd.studies.bench.bench*, timing), its charts (funcbwd.studies.bench.charts) and README block,
 and the scoped aten::copy vmap rule: the ratio, target and interval math on synthetic samples
 (each with a mutation that flips its verdict), the harness on a tiny config. Never a timing
 threshold: no assertion depends on how fast anything ran."""
@@ -18,13 +18,18 @@ import torch
 
 from funcbwd import cli, internals
 from funcbwd.batching.copy import batched_copy_rule, copy_rule_active
-from funcbwd.cli import bench as bench_cli
+from funcbwd.studies.bench import cli as bench_cli
 from funcbwd.errors import BadInputError, UnknownNameError
-from funcbwd.measure import bench, bench_inputs, bench_results, bench_text, timing
-from funcbwd.measure.bench_config import COPY_RULE, NO_STRATEGY, NOOP_HOOK, SCHEMA, BenchConfig
+from funcbwd.studies.bench import bench
+from funcbwd.studies.bench import inputs as bench_inputs
+from funcbwd.studies.bench import results as bench_results
+from funcbwd.studies.bench import text as bench_text
+from funcbwd.studies.bench import timing
+from funcbwd.studies.bench.config import COPY_RULE, NO_STRATEGY, NOOP_HOOK, SCHEMA, BenchConfig
 from funcbwd.ops import registry
 from funcbwd.run import runner
-from funcbwd.views import plots, readme
+from funcbwd.views import readme
+from funcbwd.studies.bench import charts as plots
 
 
 # ------------------------------------------------------------------------------ synthetic results

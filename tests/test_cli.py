@@ -148,7 +148,7 @@ def test_every_command_fits_100_columns(argv, capsys, monkeypatch):
 
 def test_the_width_check_can_fail(capsys, monkeypatch):
     # Mutation: cells without spaces that cannot all fit; the same check must see the overflow.
-    from funcbwd.run import matrix
+    from funcbwd.studies.matrix import matrix
 
     monkeypatch.setattr(matrix, "cell_text", lambda cell, long=False: "FAIL_0/1_vmap_inplace+fb")
     rc, out, _ = _run(["matrix", "--ops", "diag", "--samples", "first", "--scenarios",
@@ -203,7 +203,7 @@ def test_the_clean_stdout_check_can_fail(capsys, monkeypatch):
     rc, out, err = _run(argv, capsys)
     assert rc == 0 and _csv_is_clean(out, err)
     # Mutation: progress written to stdout; the same check must refuse the output.
-    from funcbwd.cli import options
+    from funcbwd import command as options
     from funcbwd.progress import Progress
 
     monkeypatch.setattr(options, "progress_of", lambda args, what, total=None: Progress(
@@ -214,7 +214,7 @@ def test_the_clean_stdout_check_can_fail(capsys, monkeypatch):
 
 def test_library_progress_counts_the_matrix_cells():
     from funcbwd.progress import Progress
-    from funcbwd.run import matrix
+    from funcbwd.studies.matrix import matrix
 
     out = io.StringIO()
     p = Progress("matrix", stream=out, tty=False, interval=0)
@@ -279,7 +279,7 @@ def test_library_callers_get_the_same_error():
 def test_the_matrix_table_fits_100_columns_in_its_worst_case():
     # Every cell at its widest text (a failure with the longest reason code and a fallback, a
     # pass without the mechanism and with a fallback), 8 strategies, the longest scenario name.
-    from funcbwd.run import matrix
+    from funcbwd.studies.matrix import matrix
     from funcbwd.run.scenarios import SCENARIO_NAMES as ALL_SCENARIO_NAMES
     from funcbwd.run.runner import CellResult
     from funcbwd.strategies import available

@@ -52,11 +52,10 @@ def test_state_restored_after_a_raising_formula(under_vmap):
     bad = dataclasses.replace(good, formula=_raising)
     x = good.sample("3x5 k=1").args[0]
     before, book = internals.dispatch_state(), st.bookkeeping()
-    with st.active():
-        _, vjp_fn = torch.func.vjp(bind(bad, st, (x, 1), (0,)), x)
-        ct = torch.randn(3, 3) if under_vmap else torch.randn(3)
-        with pytest.raises(InjectedFailure):
-            vmap(lambda c: vjp_fn((c,)))(ct) if under_vmap else vjp_fn((ct,))
+    _, vjp_fn = torch.func.vjp(bind(bad, st, (x, 1), (0,)), x)
+    ct = torch.randn(3, 3) if under_vmap else torch.randn(3)
+    with pytest.raises(InjectedFailure):
+        vmap(lambda c: vjp_fn((c,)))(ct) if under_vmap else vjp_fn((ct,))
     after = internals.dispatch_state()
     assert after == before, before.describe_difference(after)
     assert st.bookkeeping() == book
@@ -121,9 +120,8 @@ def test_limit_grad_over_primal_inside_vmap_with_mixed_batching():
     from funcbwd import legacy
 
     x, lo, hi = torch.randn(3, 4), torch.randn(3, 4) - 0.5, torch.randn(5, 4) + 0.5
-    with get_strategy("composite").active():
-        # only max is batched: (x >= min) is unbatched, .logical_and_ gets a batched operand
-        vmap(lambda h: torch.func.grad(lambda xx: legacy.clamp(xx, lo, h).sum())(x))(hi)
+    # only max is batched: (x >= min) is unbatched, .logical_and_ gets a batched operand
+    vmap(lambda h: torch.func.grad(lambda xx: legacy.clamp(xx, lo, h).sum())(x))(hi)
 
 
 def test_op_batched_only_at_a_lower_level_is_handed_down():
@@ -133,9 +131,8 @@ def test_op_batched_only_at_a_lower_level_is_handed_down():
 
     x, cts = torch.randn(3, 5), torch.randn(4, 3)
     C.KERNEL_CALLS.clear()
-    with get_strategy("composite").active():
-        _, vjp_fn = torch.func.vjp(lambda t: legacy.diag(t, 1), x)
-        out = vmap(lambda c: vmap(lambda d: vjp_fn(c)[0] * d)(torch.ones(2)))(cts)
+    _, vjp_fn = torch.func.vjp(lambda t: legacy.diag(t, 1), x)
+    out = vmap(lambda c: vmap(lambda d: vjp_fn(c)[0] * d)(torch.ones(2)))(cts)
     expected = torch.stack([legacy_formulas.diag_backward(c, [3, 5], 1) for c in cts])
     assert torch.allclose(out[:, 0], expected) and torch.allclose(out[:, 1], expected)
     assert C.KERNEL_CALLS["diag_backward", "batched"] == 2  # inner level handed down, outer ran

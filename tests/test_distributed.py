@@ -1,4 +1,4 @@
-"""funcbwd.measure.distributed: the Dask engine for long sweeps.
+"""funcbwd.parallel: the Dask engine for long sweeps.
 
 Real local clusters (2 worker processes): results equal the serial path and come back in item
 order; an item that raises, one that kills its worker (``os._exit``, a segfault) and one that
@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from funcbwd import BadInputError
-from funcbwd.measure.distributed import WARMUP_PLUGIN, failure_record, map_items
+from funcbwd.parallel import WARMUP_PLUGIN, failure_record, map_items
 
 TIMEOUT_S = 4.0
 

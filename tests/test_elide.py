@@ -27,7 +27,7 @@ from funcbwd.fx.formula_graphs import (bindings_equivalent, build, check_elision
                                        formula_args_for, tensor_positions, tensor_spec, trace_formula)
 from funcbwd.ops import registry
 from funcbwd.ops.registry import OpSpec, Sample
-from funcbwd.run import matrix
+from funcbwd.studies.matrix import matrix
 from funcbwd.strategies import provenance
 from funcbwd.strategies.traced import UNELIDED, Traced
 

@@ -17,7 +17,8 @@ from torch.func import jacfwd, jacrev
 import funcbwd
 from funcbwd.ops import legacy_ops, registry
 from funcbwd.ops.live import jvp as live_jvp
-from funcbwd.run import matrix, runner
+from funcbwd.run import runner
+from funcbwd.studies.matrix import matrix
 from funcbwd.run.scenarios import BACKWARD_NAMES, FORWARD_NAMES, SCENARIOS, names_for
 from funcbwd.strategies import provenance
 from funcbwd.strategies.per_formula import PerFormula

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from funcbwd import cli
-from funcbwd.observe import graphs
+from funcbwd.studies.graphs import graphs
 from funcbwd.errors import UnknownNameError
 
 NON_SQUARE = "3x5 k=1"

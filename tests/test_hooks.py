@@ -91,13 +91,12 @@ def test_hooks_return_early_when_vmap_is_inactive(st):
     record: list = []
     spec = _spy_spec(record)
     x = torch.randn(3, 5)
-    with st.active():
-        fn = st.function(spec)
-        out, vjp_fn = vjp(lambda x: fn(x, 1), x)
-        ct = torch.randn(out.shape)
-        before = internals.dispatch_state()
-        (g,) = vjp_fn(ct)
-        vmap(vjp_fn)(ct.expand(2, *ct.shape))
+    fn = st.function(spec)
+    out, vjp_fn = vjp(lambda x: fn(x, 1), x)
+    ct = torch.randn(out.shape)
+    before = internals.dispatch_state()
+    (g,) = vjp_fn(ct)
+    vmap(vjp_fn)(ct.expand(2, *ct.shape))
     assert record == [(False, False), (True, True)]
     torch.testing.assert_close(g, torch.zeros(3, 5).diagonal_scatter(ct, 1))
     # the pre-hook itself: no vmap -> None, nothing pushed

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from funcbwd.run import matrix, outcomes
-from funcbwd.run import records as cell_records
+from funcbwd.run import outcomes
+from funcbwd.studies.matrix import matrix
+from funcbwd.studies.matrix import records as cell_records
 from funcbwd.ops.registry import TEST_OPS
 
 INPLACE_OPS = ["diag", "index_select", "topk", "sort", "mode", "masked_select"]

@@ -16,7 +16,7 @@ import pytest
 
 from funcbwd.views import display
 from funcbwd.run.runner import CellResult
-from funcbwd.run.matrix import format_table
+from funcbwd.studies.matrix.matrix import format_table
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"

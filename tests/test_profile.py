@@ -1,4 +1,4 @@
-"""funcbwd.measure.profile: one cell's batched backward split into funcbwd Python, vmap dispatch,
+"""funcbwd.studies.bench.profile: one cell's batched backward split into funcbwd Python, vmap dispatch,
 vmap's fallback, aten kernels and the rest, on tiny configs (no timing is asserted)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import dataclasses
 import pytest
 
 from funcbwd import cli
-from funcbwd.cli.profile import main_profile
+from funcbwd.studies.bench.profile_cli import main_profile
 from funcbwd.errors import NotApplicableError, UnknownNameError
-from funcbwd.measure import profile as prof
+from funcbwd.studies.bench import profile as prof
 
 TINY = {"batch": 2, "sample": "3x5 k=1", "rounds": 1, "target_s": 0.002}
 

@@ -18,7 +18,9 @@ import functools
 import pytest
 
 from funcbwd import internals
-from funcbwd.run import matrix, records, runner
+from funcbwd.run import runner
+from funcbwd.studies.matrix import matrix
+from funcbwd.studies.matrix import records
 from funcbwd.strategies import available, provenance
 from funcbwd.strategies.per_formula import PerFormula, observed
 
@@ -35,7 +37,7 @@ def test_every_strategy_says_what_ran(strategy):
 @pytest.mark.parametrize("op", ["masked_select", "clamp"])
 def test_composite_kernel_is_not_called_under_grad_inside_vmap(op):
     r = runner.run(op, "grad_inside_vmap", "composite")
-    assert r.status == "pass" and not r.mechanism_ran and r.plain_path_pass
+    assert r.status == "pass" and not r.mechanism_ran and r.without_mechanism
     assert r.mechanism == "op decomposed before vmap (kernel not called)"
 
 
@@ -97,6 +99,6 @@ def test_a_decorator_that_never_functionalizes_shows_it():
     assert (r.status, r.reason, r.mechanism_ran) == ("fail", "vmap_inplace", False)
     assert r.mechanism == "formula ran unfunctionalized under vmap"
     square = runner.run("diag", "vmap_cotangents", broken, "square 3x3 k=0")  # no in-place line
-    assert square.status == "pass" and square.plain_path_pass
+    assert square.status == "pass" and square.without_mechanism
     real = runner.run("diag", "vmap_cotangents", "per_formula", "square 3x3 k=0")
     assert real.status == "pass" and real.mechanism_ran

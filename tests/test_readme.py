@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from funcbwd.run import records
+from funcbwd.studies.matrix import records
 from funcbwd.views import readme
 
 # The repository's files (the library renders; paths are the repository's, tools/update_readme.py).
@@ -33,7 +33,7 @@ def test_saved_matrix_equals_a_fresh_run(test_ops_matrix):
 
 
 def test_readme_bench_headline_is_generated_from_the_saved_run():
-    from funcbwd.measure import bench_results
+    from funcbwd.studies.bench import results as bench_results
 
     text = README.read_text()
     assert readme.block(text, "bench") == readme.bench_markdown(bench_results.load(BENCH_FILE))
@@ -43,7 +43,7 @@ EVIDENCE_FILE = ROOT / "data" / readme.EVIDENCE_FILE_NAME
 
 
 def test_readme_decision_block_is_generated_from_the_saved_evidence():
-    from funcbwd.measure import review
+    from funcbwd.studies.review import review
 
     text = README.read_text()
     assert readme.block(text, "decision") == readme.decision_markdown(review.load_evidence(EVIDENCE_FILE))
@@ -52,7 +52,7 @@ def test_readme_decision_block_is_generated_from_the_saved_evidence():
 def test_saved_evidence_counts_are_the_saved_matrix_counts():
     """The evidence's counts (what the decision weighs) are those of the saved matrix, which
     test_saved_matrix_equals_a_fresh_run compares with a fresh run; a stale evidence file fails."""
-    from funcbwd.measure import review
+    from funcbwd.studies.review import review
 
     evidence = review.load_evidence(EVIDENCE_FILE)
     results = records.load(MATRIX_FILE)
@@ -70,7 +70,7 @@ def test_notebooks_show_the_decision_of_the_saved_evidence():
     pick the saved evidence gives (the README's)."""
     import re
 
-    from funcbwd.measure import review
+    from funcbwd.studies.review import review
 
     pick = review.decision(review.load_evidence(EVIDENCE_FILE)).pick
     for name in ("00_overview", "design_review"):
@@ -82,7 +82,7 @@ def test_notebooks_show_the_decision_of_the_saved_evidence():
 
 
 def test_readme_live_block_is_generated_from_the_saved_table():
-    from funcbwd.views import live
+    from funcbwd.studies.deletable import render as live
 
     saved = json.loads((ROOT / "data" / live.LIVE_FILE_NAME).read_text())
     assert readme.block(README.read_text(), "live") == live.markdown(saved)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from funcbwd import cli
-from funcbwd.run import matrix
+from funcbwd.studies.matrix import matrix
 from funcbwd.views import report
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The design review's decision (funcbwd.measure.review) and its rendering (funcbwd.views.decision).
+"""The design review's decision (funcbwd.studies.review.review) and its rendering (funcbwd.studies.review.decision).
 
 The pick is computed from evidence, never typed: each test changes the evidence and watches the
 pick, the sentences or the counts follow (a mutation the check must see). Counts come from cells
@@ -11,7 +11,8 @@ import copy
 
 import pytest
 
-from funcbwd.measure import review, review_text
+from funcbwd.studies.review import review
+from funcbwd.studies.review import text as review_text
 from funcbwd.run.runner import CellResult
 
 
@@ -178,7 +179,7 @@ def test_rank_strategies_orders_by_criteria_and_says_why():
 
 # ------------------------------------------------------------------------------ rendering
 def test_decision_block_renders_the_decision():
-    from funcbwd.views import decision as dv
+    from funcbwd.studies.review import decision as dv
 
     d = review.decision(_evidence())
     block = dv.block(d)
@@ -191,7 +192,7 @@ def test_decision_block_renders_the_decision():
 
 
 def test_decision_chart_is_categorical_with_units():
-    from funcbwd.views import decision as dv
+    from funcbwd.studies.review import decision as dv
 
     fig = dv.chart(review.decision(_evidence()))
     bars = [t for t in fig.data if t.type == "bar" and t.showlegend is False]

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from funcbwd import cli, internals
-from funcbwd.observe import trace as T
+from funcbwd.studies.trace import trace as T
 from funcbwd.errors import UnknownNameError
 from funcbwd.strategies import get_strategy
 

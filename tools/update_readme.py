@@ -10,8 +10,9 @@ Usage: python tools/update_readme.py [--reuse]"""
 import sys
 from pathlib import Path
 
-from funcbwd.measure import bad_input
-from funcbwd.run import matrix, records
+from funcbwd.studies.bad_input import cases as bad_input
+from funcbwd.studies.matrix import matrix
+from funcbwd.studies.matrix import records
 from funcbwd.views import readme
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,19 +29,19 @@ if __name__ == "__main__":
     text = readme.replace_block(text, "strategies", readme.strategies_markdown(results))
     text = readme.replace_block(text, "bad-input",
                                 bad_input.markdown([bad_input.try_case(c) for c in bad_input.CASES]))
-    from funcbwd.measure import bench_results
+    from funcbwd.studies.bench import results as bench_results
 
     bench = bench_results.load(BENCH_FILE)
     text = readme.replace_block(text, "bench", readme.bench_markdown(
         bench, source=str(BENCH_FILE.relative_to(ROOT))))
-    from funcbwd.measure import review
+    from funcbwd.studies.review import review
 
     evidence = review.collect_evidence(results, bench, bench_source=str(BENCH_FILE.relative_to(ROOT)))
     review.save_evidence(evidence, EVIDENCE_FILE)
     text = readme.replace_block(text, "decision", readme.decision_markdown(evidence))
     import json
 
-    from funcbwd.views import live
+    from funcbwd.studies.deletable import render as live
 
     live_file = DATA / live.LIVE_FILE_NAME
     text = readme.replace_block(text, "live", live.markdown(json.loads(live_file.read_text())))

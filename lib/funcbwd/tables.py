@@ -125,3 +125,21 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], *, width: int
     for row in text:
         out += render(row)
     return "\n".join(out)
+
+
+class Rich:
+    """An object that shows as HTML or Markdown in Jupyter and as plain text elsewhere."""
+
+    def __init__(self, text: str, html_text: str | None = None, markdown: str | None = None):
+        self.text, self.html_text, self.markdown = text, html_text, markdown
+
+    def _repr_html_(self) -> str | None:
+        return self.html_text
+
+    def _repr_markdown_(self) -> str | None:
+        return None if self.html_text is not None else self.markdown
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__

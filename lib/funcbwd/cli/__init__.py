@@ -3,7 +3,7 @@
 One module per subcommand family in this package, each with ``HELP`` (one line),
 ``configure(parser)`` and ``main(args) -> int``; this file only routes. Every command has
 ``--width N`` (text output fits N columns; default the terminal's width when stdout is one, else
-100) and ``--quiet`` (no progress on stderr), from :mod:`funcbwd.cli.options`. Bad input exits 2 with an error that names the
+100) and ``--quiet`` (no progress on stderr), from :mod:`funcbwd.command`. Bad input exits 2 with an error that names the
 command (``python -m funcbwd matrix: error: ...``): a bad option shows that command's usage, a bad
 name (op, strategy, ...) suggests the closest valid ones and lists them by group (``--debug``
 shows the traceback). Text output fits ``--width``; JSON and CSV are left exactly as they are.
@@ -25,8 +25,16 @@ import re
 import sys
 from typing import Any, Iterable, NoReturn, Sequence
 
-from funcbwd.cli import (bench, coverage, deletable, doctor, findings, graph, matrix, ops,
-                         profile, report, trace)
+from funcbwd.cli import ops, report
+from funcbwd.studies.bench import cli as bench
+from funcbwd.studies.coverage import cli as coverage
+from funcbwd.studies.deletable import cli as deletable
+from funcbwd.doctor import cli as doctor
+from funcbwd.studies.findings import cli as findings
+from funcbwd.studies.graphs import cli as graph
+from funcbwd.studies.matrix import cli as matrix
+from funcbwd.studies.bench import profile_cli as profile
+from funcbwd.studies.trace import cli as trace
 from funcbwd.errors import FuncbwdError, suggest
 from funcbwd.tables import WIDTH, fit, terminal_width
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from funcbwd.cli import options
+from funcbwd import command as options
 
 HELP = "list the op catalog (name, legacy source, fix, samples)"
 

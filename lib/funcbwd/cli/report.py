@@ -11,7 +11,7 @@ import argparse
 import os
 from pathlib import Path
 
-from funcbwd.cli import options
+from funcbwd import command as options
 
 HELP = "one self-contained HTML report (no Jupyter, no network)"
 #: environment variable naming the directory of saved results (``--data``'s default)

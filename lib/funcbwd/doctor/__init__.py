@@ -3,5 +3,5 @@
 
 :mod:`funcbwd.doctor.checks` runs the transforms plain and wrapped; :mod:`funcbwd.doctor.report`
 finds the culprit line and the graph diff and renders the text ``python -m funcbwd doctor``
-prints (:mod:`funcbwd.cli.doctor`).
+prints (:mod:`funcbwd.doctor.cli`).
 """

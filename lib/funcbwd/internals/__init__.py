@@ -320,7 +320,7 @@ def fake_trace(fn, *args):
     return make_fx(fn, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
 
 
-# ---------------------------------------------------------------------------- trace helpers (funcbwd.observe.trace)
+# ---------------------------------------------------------------------------- trace helpers (funcbwd.studies.trace.trace)
 def resolve_overload(qualified: str, args: tuple, kwargs: dict) -> str | None:
     """The overload of ``qualified`` (e.g. 'aten::scatter_') a call with these args binds to
     ('src', 'value', 'default', ...), by the dispatcher's own schema matching; None if none does."""

@@ -1,13 +1,13 @@
 """Legacy ops: callable like the torch op, forward by torch, backward by the legacy formula.
 
 ``funcbwd.legacy.diag(x, 1)`` runs ``torch.diag`` forward; its backward runs the historical
-in-place formula through the strategy that was active when the forward ran. Each op is a
+in-place formula through the strategy it is bound to (:func:`function_for`). Each op is a
 ``torch.autograd.Function`` (separate ``forward``/``setup_context``, ``generate_vmap_rule=True``)
 so every torch.func transform can see it; forwards return plain tuples (a structseq breaks the
 generated vmap rule under primal batching).
 
 For a jvp-kind op (``OpSpec.kind == "jvp"``, the live forward-mode sites) the roles swap: the
-formula under study is the op's forward-mode rule, so ``jvp`` runs ``formula`` through the active
+formula under study is the op's forward-mode rule, so ``jvp`` runs ``formula`` through the bound
 strategy exactly as ``backward`` does for a backward formula (``ctx.strategy.run_formula``; no
 strategy: as written), and ``backward`` is torch's own gradient of ``torch_op``
 (``torch.func.vjp`` of it, composable with every transform and with double backward).
@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from funcbwd.ops import registry
-from funcbwd.ops.active import active_strategy
 
 
 def differentiable_outputs(spec: "registry.OpSpec", outs: tuple) -> list[int]:
@@ -47,9 +46,18 @@ def _torch_outputs(spec: "registry.OpSpec", args: tuple, pos: list[int], idx: li
     return f
 
 
-@functools.cache
-def function_for(op: "registry.OpSpec | str") -> type[torch.autograd.Function]:
+def function_for(op: "registry.OpSpec | str", strategy: Any = None) -> type[torch.autograd.Function]:
+    """The legacy op of ``op`` as a ``torch.autograd.Function`` whose backward (jvp, for a
+    jvp-kind op) runs the formula through ``strategy.run_formula`` (``strategy`` None: the
+    formula as written, ``funcbwd.legacy.<op>``). One class per op and strategy, made once: the
+    strategy is bound to the class, so the formula is reached explicitly, from any thread or
+    transform."""
     spec = registry.get_op(op) if isinstance(op, str) else op
+    return _function_for(spec, strategy)
+
+
+@functools.cache
+def _function_for(spec: "registry.OpSpec", strategy: Any) -> type[torch.autograd.Function]:
 
     def forward(*args: Any) -> Any:
         return spec.torch_op(*args)
@@ -64,7 +72,7 @@ def function_for(op: "registry.OpSpec | str") -> type[torch.autograd.Function]:
                       tuple(tensor_pos), len(outs))
         keep = differentiable_outputs(spec, outs)
         ctx.mark_non_differentiable(*[o for i, o in enumerate(outs) if i not in keep])
-        ctx.strategy = active_strategy()  # None: no strategy, the formula runs as written
+        ctx.strategy = strategy  # None: no strategy, the formula runs as written
 
     def _restore(ctx) -> tuple[tuple, tuple]:
         template, tensor_pos, n_out = ctx.layout

@@ -94,7 +94,7 @@ def vjp_of_vjp(case: Case) -> list[Trial]:
     def loop(xs: list) -> tuple:
         args, c1, c2 = split(xs)
         ref = case.reference
-        with ref.active(), torch.enable_grad():
+        with torch.enable_grad():
             prim = [args[p].detach().clone().requires_grad_() for p in s.diff]
             c1 = [c.detach().clone().requires_grad_() for c in c1]
             g = torch.autograd.grad(bind(op, ref, args, s.diff)(*prim), prim, c1,
@@ -188,7 +188,7 @@ def loop_jacobian(h: Callable, x: torch.Tensor, create_graph: bool = False) -> t
 
 def _loop_jac(case: Case, args: list, x: torch.Tensor, order: int) -> torch.Tensor:
     ref = case.reference
-    with ref.active(), torch.enable_grad():
+    with torch.enable_grad():
         xr = x.detach().clone().requires_grad_()
         h = _single(case.op, ref.function(case.op), case.sample, args, case.sample.diff[0])
         if order == 1:

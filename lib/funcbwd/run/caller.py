@@ -96,23 +96,22 @@ def eager_changes(op: OpSpec, sample: Sample, reference: Any) -> dict[str, float
     named = [(f"arg {p}", args[p]) for p in sample.tensor_positions()]
     fn = reference.function(op)
     gen = torch.Generator().manual_seed(1234)
-    with reference.active():
-        if op.kind == "jvp":
-            tangents = [torch.randn(args[p].shape, generator=gen, dtype=args[p].dtype)
-                        for p in sample.diff]
-            named += [(f"tangent {i}", t) for i, t in enumerate(tangents)]
-            snap = Snapshot.of(named)
-            with fwAD.dual_level():
-                full = list(args)
-                for p, t in zip(sample.diff, tangents):
-                    full[p] = fwAD.make_dual(args[p], t)
-                fn(*full)
-        else:
-            prim = {p: args[p].requires_grad_() for p in sample.diff}
-            with torch.enable_grad():
-                outs = op.diff_out(fn(*args))
-            cts = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs]
-            named += [(f"cotangent {i}", c) for i, c in enumerate(cts)]
-            snap = Snapshot.of(named)
-            torch.autograd.grad(outs, list(prim.values()), cts, allow_unused=True)
+    if op.kind == "jvp":
+        tangents = [torch.randn(args[p].shape, generator=gen, dtype=args[p].dtype)
+                    for p in sample.diff]
+        named += [(f"tangent {i}", t) for i, t in enumerate(tangents)]
+        snap = Snapshot.of(named)
+        with fwAD.dual_level():
+            full = list(args)
+            for p, t in zip(sample.diff, tangents):
+                full[p] = fwAD.make_dual(args[p], t)
+            fn(*full)
+    else:
+        prim = {p: args[p].requires_grad_() for p in sample.diff}
+        with torch.enable_grad():
+            outs = op.diff_out(fn(*args))
+        cts = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs]
+        named += [(f"cotangent {i}", c) for i, c in enumerate(cts)]
+        snap = Snapshot.of(named)
+        torch.autograd.grad(outs, list(prim.values()), cts, allow_unused=True)
     return {c.tensor: c.max_abs_change for c in snap.changes()}

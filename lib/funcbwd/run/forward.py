@@ -1,6 +1,6 @@
 """Forward-mode scenarios: the transforms that run a jvp-kind op's formula (``OpSpec.kind ==
 "jvp"``: the formula under study is the op's forward-mode rule, run by the legacy op's ``jvp``
-through the active strategy).
+through the strategy it is bound to).
 
 Same contract as :mod:`funcbwd.run.backward`. The loop reference is the strategy's
 ``reference()`` (the plain legacy op: the formula as written) run unbatched under *plain*
@@ -40,7 +40,7 @@ def loop_jvp(op: OpSpec, ref: Strategy, args: Sequence[Any], diff: Sequence[int]
              tangents: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """One unbatched jvp with plain forward-mode AD (the loop body): the tangents of the op's
     differentiable outputs (zeros where the output does not depend on the args)."""
-    with ref.active(), fwAD.dual_level():
+    with fwAD.dual_level():
         duals = [fwAD.make_dual(args[p].detach().clone(), t.clone()) for p, t in zip(diff, tangents)]
         outs = bind(op, ref, args, diff)(*duals)
         tans = [fwAD.unpack_dual(o).tangent for o in outs]
@@ -148,7 +148,8 @@ def hessian_reference(op: OpSpec, st: Strategy) -> Strategy:
     the in-place target is a tensor autograd saved (norm_jvp#1, logsumexp_jvp#1,
     logcumsumexp_jvp#1; torch's own ops do the same with plain tensors today)."""
     handfixed = get_strategy("handfixed")
-    return handfixed if handfixed.not_applicable(op, "jacrev_jacfwd") is None else st.reference()
+    return (handfixed if handfixed.not_applicable(op, "jacrev_jacfwd") is None
+            else get_strategy(st.reference()))
 
 
 def _loop_hessian(case: Case, args: list, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -157,7 +158,7 @@ def _loop_hessian(case: Case, args: list, x: torch.Tensor, w: torch.Tensor) -> t
     as ``jacrev(jacfwd(h))(x)``."""
     s, ref = case.sample, hessian_reference(case.op, case.strategy)
     rows = []
-    with ref.active(), torch.enable_grad():
+    with torch.enable_grad():
         for i in range(x.numel()):
             xr = x.detach().clone().requires_grad_()
             with fwAD.dual_level():

@@ -105,7 +105,7 @@ class CellResult:
         return self.status == "pass"
 
     @property
-    def plain_path_pass(self) -> bool:
+    def without_mechanism(self) -> bool:
         """A pass whose strategy mechanism did not run (it passed on the formula as written)."""
         return self.status == "pass" and not self.mechanism_ran
 

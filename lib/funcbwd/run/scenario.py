@@ -106,8 +106,8 @@ class Case:
     def __post_init__(self) -> None:
         #: the strategy whose per-sample loop this case is checked against (resolved once): for
         #: an op without a legacy formula (OpInfo), torch's own op under plain autograd
-        self.reference: Strategy = (get_strategy("builtin") if self.op.formula is None
-                                    else self.strategy.reference())
+        self.reference: Strategy = get_strategy("builtin" if self.op.formula is None
+                                                else self.strategy.reference())
 
     @property
     def dtype(self) -> torch.dtype:
@@ -115,12 +115,11 @@ class Case:
 
     @contextlib.contextmanager
     def strategy_part(self) -> Iterator[Strategy]:
-        """The strategy's own part of the cell (never a reference): the strategy active, and what
+        """The strategy's own part of the cell (never a reference): what
         its mechanism records collected into :attr:`events`."""
         with provenance.collecting() as events:
             try:
-                with self.strategy.active():
-                    yield self.strategy
+                yield self.strategy
             finally:
                 self.events.extend(events)
 
@@ -184,7 +183,7 @@ def zeros_for_none(grads: Sequence[torch.Tensor | None], like: Tensors) -> tuple
 def loop_vjp(op: OpSpec, ref: Strategy, args: Sequence[Any], diff: Sequence[int],
              cts: Tensors) -> tuple[torch.Tensor, ...]:
     """One unbatched vjp with plain autograd (the loop body)."""
-    with ref.active(), torch.enable_grad():
+    with torch.enable_grad():
         prim = [args[p].detach().clone().requires_grad_() for p in diff]
         outs = bind(op, ref, args, diff)(*prim)
         # outputs that do not depend on the args (e.g. a statistic of no grad) contribute nothing

@@ -1,89 +1,10 @@
-"""The strategy registry: the one list of every strategy, its module, and its role.
+"""Strategies: one module per way to run a legacy formula (and the references), the interface
+they share (:mod:`funcbwd.strategies.base`), the provenance they record, and the registry, the
+one list of every strategy with its role (:mod:`funcbwd.strategies.registry`)."""
 
-Roles (every other list of strategies in the workbench derives from :data:`REGISTRY`):
+from funcbwd.strategies.base import Strategy
+from funcbwd.strategies.registry import (CANDIDATES, REFERENCES, REGISTRY, STRATEGY_NAMES,
+                                         all_names, available, get_strategy, names)
 
-* ``reference``: not a candidate answer, a row to compare with: ``plain`` (the legacy formula as
-  written: the failure), ``builtin`` (torch's own op and formula), ``handfixed`` (core's modern
-  out-of-place formula in Python), ``compiled`` (torch.compile of the transform call);
-* ``candidate``: the ways to functionalize the design review ranks: ``composite``, ``hooks``,
-  ``whole``, ``per_formula``, ``traced``;
-* ``sweep``: acts on torch's own backward nodes only, for the OpInfo sweep: ``traced_backward``.
-
-:func:`available` is the matrix's strategies (references and candidates); :func:`all_names`
-adds the sweep's. Modules are imported on first use, so a broken approach cannot break the others.
-"""
-
-from __future__ import annotations
-
-import dataclasses
-import importlib
-
-from funcbwd.errors import UnknownNameError
-from funcbwd.strategies.base import Strategy, current
-
-
-@dataclasses.dataclass(frozen=True)
-class Entry:
-    name: str
-    module: str
-    cls: str
-    role: str  # "reference" | "candidate" | "sweep"
-
-
-REGISTRY: tuple[Entry, ...] = (
-    Entry("plain", "plain", "Plain", "reference"),
-    Entry("builtin", "builtin", "Builtin", "reference"),
-    Entry("handfixed", "handfixed", "Handfixed", "reference"),
-    Entry("composite", "composite", "Composite", "candidate"),
-    Entry("hooks", "hooks", "Hooks", "candidate"),
-    Entry("whole", "whole", "Whole", "candidate"),
-    Entry("per_formula", "per_formula", "PerFormula", "candidate"),
-    Entry("traced", "traced", "Traced", "candidate"),
-    Entry("compiled", "compiled", "Compiled", "reference"),
-    Entry("traced_backward", "traced_backward", "TracedBackward", "sweep"),
-)
-ROLES = ("reference", "candidate", "sweep")
-_BY_NAME = {e.name: e for e in REGISTRY}
-_INSTANCES: dict[str, Strategy] = {}
-
-
-def names(role: str | None = None) -> list[str]:
-    """Registered names of ``role`` (every role if None), in registry order."""
-    return [e.name for e in REGISTRY if role is None or e.role == role]
-
-
-def available() -> list[str]:
-    """The matrix's strategies: references and candidates, in registry order."""
-    return [e.name for e in REGISTRY if e.role != "sweep"]
-
-
-def all_names() -> list[str]:
-    """Every registered strategy, the sweep's included."""
-    return names()
-
-
-def role(name: str) -> str:
-    return _BY_NAME[get_strategy(name).name].role if isinstance(name, str) else ""
-
-
-#: the candidates the design review ranks, and its reference rows (derived, never retyped)
-CANDIDATES = tuple(names("candidate"))
-REFERENCES = tuple(names("reference"))
-STRATEGY_NAMES = tuple(available())
-
-
-def get_strategy(name: str | Strategy) -> Strategy:
-    """The strategy called ``name`` (an instance passes through: tests pass broken variants)."""
-    if isinstance(name, Strategy):
-        return name
-    if not isinstance(name, str) or name not in _BY_NAME:
-        raise UnknownNameError("strategy", name, {r: names(r) for r in ROLES})
-    if name not in _INSTANCES:
-        entry = _BY_NAME[name]
-        module = importlib.import_module(f"{__name__}.{entry.module}")
-        _INSTANCES[name] = getattr(module, entry.cls)()
-    return _INSTANCES[name]
-
-
-__all__ = ["Strategy", "current", "get_strategy", "available", "all_names", "names", "REGISTRY",
+__all__ = ["Strategy", "get_strategy", "available", "all_names", "names", "REGISTRY",
            "CANDIDATES", "REFERENCES", "STRATEGY_NAMES"]

@@ -3,18 +3,16 @@
 A strategy decides (a) which callable the scenarios differentiate (:meth:`Strategy.function`),
 (b) how the legacy formula runs inside the backward (:meth:`Strategy.run_formula`), and (c) which
 transform entry points the scenarios call (:meth:`vjp`, :meth:`grad`, :meth:`jacrev`). The
-legacy ops capture the active strategy when their forward runs, so the backward uses the
-strategy that was active when the graph was built, whatever thread or transform runs it.
+strategy reaches the formula explicitly: :meth:`function` returns the legacy op bound to this
+strategy (:func:`funcbwd.ops.legacy_ops.function_for`), whose backward runs
+``strategy.run_formula``: no context variable, whatever thread or transform runs the backward.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 import torch.func
-
-from funcbwd.ops.active import activated, active_strategy
 
 if TYPE_CHECKING:
     from funcbwd.ops.registry import OpSpec
@@ -56,13 +54,12 @@ class Strategy:
             return op.torch_op
         from funcbwd.ops import legacy_ops
 
-        return legacy_ops.function_for(op).apply
+        return legacy_ops.function_for(op, self).apply
 
-    def reference(self) -> "Strategy":
-        """The strategy whose per-sample loop this one is checked against."""
-        from funcbwd.strategies import get_strategy
-
-        return get_strategy("plain")
+    def reference(self) -> "Strategy | str":
+        """The strategy (or its registry name) whose per-sample loop this one is checked
+        against; the engine resolves it once per cell (a name: :func:`funcbwd.strategies.get_strategy`)."""
+        return "plain"
 
     # --- inside the backward ----------------------------------------------------------------
     def run_formula(self, op: "OpSpec", args: tuple) -> Any:
@@ -127,12 +124,6 @@ class Strategy:
 
         return scoped
 
-    # --- activation ---------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def active(self) -> Iterator["Strategy"]:
-        with activated(self):
-            yield self
-
     def bookkeeping(self) -> Any:
         """The strategy's own mutable state, compared before/after by the reliability tests."""
         return None
@@ -140,11 +131,3 @@ class Strategy:
     def __repr__(self) -> str:
         return f"<strategy {self.name}>"
 
-
-def current() -> Strategy:
-    s = active_strategy()
-    if s is None:
-        from funcbwd.strategies import get_strategy
-
-        return get_strategy("plain")
-    return s

@@ -272,9 +272,7 @@ def for_backend(backend: str) -> Compiled:
         raise BadInputError(f"unknown torch.compile backend {backend!r}; compare one of "
                             f"{', '.join(BACKENDS)}")
     if backend == Compiled.backend:
-        from funcbwd.strategies import get_strategy
-
-        return get_strategy("compiled")  # type: ignore[return-value]
+        return Compiled()
     summary = Compiled.summary.replace(f"({Compiled.backend})", f"({backend})")
     cls = type(f"Compiled_{backend}", (Compiled,),
                {"name": f"compiled_{backend}", "backend": backend, "summary": summary})

@@ -2,7 +2,7 @@
 
 Everything here turns *computed* results (``funcbwd.run.runner.CellResult`` lists and the like)
 into something to look at; nothing here decides an outcome (weighing strategies against each
-other is :mod:`funcbwd.measure.review`; its decision is drawn by :mod:`funcbwd.views.decision`).
+other is :mod:`funcbwd.studies.review.review`; its decision is drawn by :mod:`funcbwd.studies.review.decision`).
 Text reprs are deterministic (no timings, no addresses) so nbval can compare them: a change in
 library results changes the notebook's stored text and fails CI. Rich objects carry both
 ``_repr_html_``/``_repr_markdown_`` and a plain-text ``__repr__``; no IPython import is needed.
@@ -16,18 +16,19 @@ import textwrap
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from funcbwd import tables
-from funcbwd.measure.review import fallback_names, strategy_score
-from funcbwd.run import matrix
-from funcbwd.run.matrix import STATUS_LABEL, STATUS_ORDER, STATUS_SHORT, cell_kind, cell_text
+from funcbwd.tables import Rich  # noqa: F401 (the notebooks call it display.Rich)
+from funcbwd.studies.review.review import fallback_names, strategy_score
+from funcbwd.studies.matrix import matrix
+from funcbwd.studies.matrix.matrix import STATUS_LABEL, STATUS_ORDER, STATUS_SHORT, cell_kind, cell_text
 from funcbwd.run.outcomes import REASONS
 from funcbwd.run.runner import CellResult
-from funcbwd.views import figstyle
+from funcbwd import figstyle
 
 # Colour-blind-safe-ish traffic light; n/a is grey.
 STATUS_COLOR = {
     "pass": "#1a9850",
     "pass_fallback": "#a6d96a",
-    "pass_unused": "#d9f0d3",
+    "without_mechanism": "#d9f0d3",
     "mismatch": "#fdae61",
     "fail": "#d73027",
     "timeout": "#9e9ac8",
@@ -45,7 +46,7 @@ def setup_notebook(seed: int = 0) -> None:
     import plotly.io as pio
     import torch
 
-    # torch.profiler (used by funcbwd.observe.trace) logs timestamped kineto lines on stderr; level 6
+    # torch.profiler (used by funcbwd.studies.trace.trace) logs timestamped kineto lines on stderr; level 6
     # silences them (read lazily at the first profile, so setting it here is in time).
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     pio.renderers.default = "plotly_mimetype"
@@ -53,24 +54,6 @@ def setup_notebook(seed: int = 0) -> None:
     torch.manual_seed(seed)
     # vmap's slow-fallback warning is data (the matrix records it), not noise on stderr.
     warnings.filterwarnings("ignore", message=".*performance drop because we have not yet implemented.*")
-
-
-class Rich:
-    """An object that shows as HTML or Markdown in Jupyter and as plain text elsewhere."""
-
-    def __init__(self, text: str, html_text: str | None = None, markdown: str | None = None):
-        self.text, self.html_text, self.markdown = text, html_text, markdown
-
-    def _repr_html_(self) -> str | None:
-        return self.html_text
-
-    def _repr_markdown_(self) -> str | None:
-        return None if self.html_text is not None else self.markdown
-
-    def __repr__(self) -> str:
-        return self.text
-
-    __str__ = __repr__
 
 
 # ------------------------------------------------------------------------------ cell summaries

@@ -1,8 +1,8 @@
 """The README's generated sections (markdown rendering only): the strategies table comes from a
 saved matrix run (``data/matrix-test-ops.json`` in the repository, written and read by
-:mod:`funcbwd.run.records`), never typed by hand; ``tests/test_readme.py`` checks both that the
+:mod:`funcbwd.studies.matrix.records`), never typed by hand; ``tests/test_readme.py`` checks both that the
 README matches the file and that the file matches a fresh run
-(:func:`funcbwd.run.matrix.run_test_ops`).
+(:func:`funcbwd.studies.matrix.matrix.run_test_ops`).
 
 Rendering only: the README and the data files are the repository's, so their paths are the
 repository tool's (``tools/update_readme.py``), never computed from where this module sits."""
@@ -14,22 +14,22 @@ import re
 from collections import Counter
 from typing import Sequence
 
-from funcbwd.run import matrix
+from funcbwd.studies.matrix import matrix
 from funcbwd.run.runner import CellResult
 from funcbwd.strategies import get_strategy
 
 #: the saved results the README's blocks are rendered from, in the repository's ``data/``
 MATRIX_FILE_NAME = "matrix-test-ops.json"
 BENCH_FILE_NAME = "bench-quick.json"
-EVIDENCE_FILE_NAME = "review-evidence.json"  # funcbwd.measure.review.EVIDENCE_FILE
+EVIDENCE_FILE_NAME = "review-evidence.json"  # funcbwd.studies.review.review.EVIDENCE_FILE
 
 
 def decision_markdown(evidence) -> str:
-    """The README's ``decision`` block: :func:`funcbwd.measure.review.decision` of the saved
-    evidence, rendered by :func:`funcbwd.views.decision.markdown` (the same block as the
+    """The README's ``decision`` block: :func:`funcbwd.studies.review.review.decision` of the saved
+    evidence, rendered by :func:`funcbwd.studies.review.decision.markdown` (the same block as the
     notebooks and the report show)."""
-    from funcbwd.measure import review
-    from funcbwd.views import decision
+    from funcbwd.studies.review import review
+    from funcbwd.studies.review import decision
 
     return decision.markdown(review.decision(evidence))
 
@@ -85,8 +85,9 @@ def bench_markdown(results: dict, source: str = f"data/{BENCH_FILE_NAME}") -> st
     vs handfixed and vs builtin (small and large inputs, batch >= 64) and its speedup over the
     per-sample loop; the targets, met or missed with their numbers; the hooks claim; and the
     command that reproduces it (``source``: the saved run's path as the README names it).
-    Everything computed by ``funcbwd.measure.bench_results``."""
-    from funcbwd.measure import bench_results, bench_text
+    Everything computed by ``funcbwd.studies.bench.results``."""
+    from funcbwd.studies.bench import results as bench_results
+    from funcbwd.studies.bench import text as bench_text
 
     h = bench_results.headline(results)
     sizes = results["config"]["sizes"]

@@ -1,7 +1,7 @@
 """``python -m funcbwd report``: the workbench's views in ONE self-contained static HTML file.
 
 For readers without Jupyter (or without a network): first the decision (which strategy, and why:
-:mod:`funcbwd.views.decision` of the saved review evidence, checked against this report's own
+:mod:`funcbwd.studies.review.decision` of the saved review evidence, checked against this report's own
 matrix), then the matrix (table + heatmap), a verdict per op, dispatch-key traces, graph diffs,
 bench charts and the OpInfo coverage, all computed by the library when the report is built
 (bench, coverage and review evidence from their saved JSON results, which take minutes to
@@ -19,24 +19,26 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import html
+import json
 import platform
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from funcbwd.ops import registry
-from funcbwd.run import matrix, outcomes, runner
+from funcbwd.run import outcomes, runner
+from funcbwd.studies.matrix import matrix
 from funcbwd.errors import parse_names
 from funcbwd.run.scenarios import MATRIX_NAMES, SCENARIO_GROUPS
 from funcbwd.strategies import available
 from funcbwd.errors import first_line
 from funcbwd.progress import Progress
 from funcbwd.tables import fit
-from funcbwd.views import figstyle
+from funcbwd import figstyle
 
 #: saved results read from the data directory (written by the bench and coverage commands)
 BENCH_FILE = "bench-quick.json"
-COVERAGE_FILE = "coverage-all.json.gz"
+
 #: the strategy whose trace and graph the report contrasts with the legacy formula (plain)
 FIX_STRATEGY = "per_formula"
 
@@ -124,7 +126,7 @@ def shown(path: Path) -> str:
 
 
 def matrix_section(ctx: Context) -> str:
-    from funcbwd.measure import review
+    from funcbwd.studies.review import review
     from funcbwd.views import display
     basis = review.basis_text(review.basis(ctx.results))
     parts = [f"<p>Cells over {html.escape(basis)}. Sample runs by status: "
@@ -139,7 +141,7 @@ def matrix_section(ctx: Context) -> str:
 
 
 def verdict_section(ctx: Context) -> str:
-    from funcbwd.measure import review
+    from funcbwd.studies.review import review
     from funcbwd.views import display
     intro = (f"<p>Counts of scenarios (cells) per op, over "
              f"{html.escape(review.basis_text(review.basis(ctx.results)))}.</p>")
@@ -154,7 +156,7 @@ def _trace_scenario(ctx: Context, op: str) -> str:
 
 
 def trace_section(ctx: Context) -> str:
-    from funcbwd.observe import trace
+    from funcbwd.studies.trace import trace
     parts = ["<p>What each backward formula executes in one scenario, and how vmap handles each "
              f"call: the legacy formula (plain) where it fails, then {FIX_STRATEGY} in the same "
              "scenario.</p>"]
@@ -168,7 +170,7 @@ def trace_section(ctx: Context) -> str:
 
 
 def graph_section(ctx: Context) -> str:
-    from funcbwd.observe import graphs
+    from funcbwd.studies.graphs import graphs
     parts = ["<p>Each op's backward formula as written (plain) against what the traced strategy "
              "runs (functionalized, copies elided): FX graphs, removed lines red, added green.</p>"]
     for op in ctx.ops:
@@ -178,8 +180,9 @@ def graph_section(ctx: Context) -> str:
 
 
 def bench_section(ctx: Context) -> str:
-    from funcbwd.measure import bench_results, bench_text
-    from funcbwd.views import plots
+    from funcbwd.studies.bench import results as bench_results
+    from funcbwd.studies.bench import text as bench_text
+    from funcbwd.studies.bench import charts as plots
     path = ctx.data_file(BENCH_FILE)
     if not path.exists():
         raise Missing(f"no saved bench results at {shown(path)} (produce them with: python -m "
@@ -194,41 +197,37 @@ def bench_section(ctx: Context) -> str:
 
 
 def coverage_section(ctx: Context) -> str:
-    """The OpInfo sweep from its saved file: what was run (meta), regressions against builtin
-    (the target with the scoped batching rules is none), fixes, slow fallbacks, the per-op cost
-    of functionalizing every backward (when the sweep ran with --cost), and the per-op table."""
-    from funcbwd.measure import coverage_cost, coverage_summary
+    """The OpInfo sweep from its saved file (:mod:`funcbwd.studies.coverage`): what it covers,
+    per composition and strategy the counts, regressions and fixes against builtin, the verdict
+    of every upstream expected failure, and the saved cost of functionalizing every backward."""
+    from funcbwd.studies.coverage import cost as coverage_cost
+    from funcbwd.studies.coverage import data, render, summary
 
-    path = ctx.data_file(COVERAGE_FILE)
+    path = ctx.data_file(data.FILE_NAME)
     if not path.exists():
         raise Missing(f"no saved coverage sweep at {shown(path)} (produce it with: python -m "
-                      f"funcbwd coverage --all-samples --workers 2 --cost --out {shown(path)}, or pass --data DIR)")
-    records = coverage_summary.load(str(path))
-    meta = coverage_summary.load_meta(str(path))
-    costs = coverage_summary.load_cost(str(path))
-    summary = coverage_summary.summarize(records)
-    ran = ", ".join(f"{k}={meta[k]}" for k in ("ops", "strategies", "all_samples", "max_in_dims",
-                                                "budget_s", "batch", "rules", "wall_seconds")
-                    if k in meta)
-    parts = [f"<p>{len(records)} records from {html.escape(shown(path))} ({html.escape(ran)}).</p>",
-             f"<p><b>{len(summary['regressions'])} regressions</b> (builtin passes, a functionalizing "
-             f"strategy fails) and {len(summary['fixes'])} fixes.</p>",
-             _pre(coverage_summary.format_summary(summary)),
-             ctx.figure(coverage_summary.summary_figure(records))]
-    if costs:
+                      f"funcbwd coverage --workers 2 --out {shown(path)}, or pass --data DIR)")
+    doc = data.load(path)
+    s = summary.summarize(doc["records"])
+    parts = [f"<p>{html.escape(render.meta_line(doc['meta']))}</p>",
+             f"<p><b>{len(s['regressions'])} regressions</b> (builtin passes, a functionalizing "
+             f"strategy fails), {len(s['fixes'])} fixes, of which {sum(f['inplace'] for f in s['fixes'])} "
+             "fix vmap's in-place error.</p>",
+             _pre(render.text(doc, s)),
+             "<details><summary>every upstream expected failure with its verdict</summary>\n"
+             + render.verdicts_html(doc.get("upstream_xfails") or []) + "\n</details>"]
+    cost_file = ctx.data_file(coverage_cost.COST_FILE)
+    if cost_file.exists():
+        costs = json.loads(cost_file.read_text())["cost"]
         parts += [_pre(fit(coverage_cost.format_cost(coverage_cost.summarize_cost(costs)))),
                   ctx.figure(coverage_cost.cost_figure(costs))]
-    rows = coverage_summary.differing(records)
-    parts.append(f"<details><summary>the {len(coverage_summary.by_key(rows))} op x sample rows "
-                 f"where some strategy does not simply pass (of {len(coverage_summary.by_key(records))})"
-                 "</summary>\n" + coverage_summary.table_html(rows) + "\n</details>")
     return "\n".join(parts)
 
 
 def _agreement(ctx: Context, evidence: Any) -> str:
     """Whether this report's own matrix run agrees with the saved evidence's counts (only when it
     ran on the same basis: every sample of the same ops and scenarios)."""
-    from funcbwd.measure import review
+    from funcbwd.studies.review import review
 
     mine = review.basis(ctx.results)
     same = (mine["samples"] == evidence.basis["samples"] == "all" and mine["ops"] == evidence.basis["ops"]
@@ -249,11 +248,11 @@ def _agreement(ctx: Context, evidence: Any) -> str:
 
 
 def decision_section(ctx: Context) -> str:
-    """The decision block (:mod:`funcbwd.views.decision`) from the saved evidence in the data
+    """The decision block (:mod:`funcbwd.studies.review.decision`) from the saved evidence in the data
     directory, checked against this report's own matrix; without saved evidence, computed from
     this report's run (its basis stated)."""
-    from funcbwd.measure import review
-    from funcbwd.views import decision as dv
+    from funcbwd.studies.review import review
+    from funcbwd.studies.review import decision as dv
 
     path = ctx.data_file(review.EVIDENCE_FILE)
     if path.exists():
@@ -264,7 +263,7 @@ def decision_section(ctx: Context) -> str:
         bench_path = ctx.data_file(BENCH_FILE)
         bench = None
         if bench_path.exists():
-            from funcbwd.measure import bench_results
+            from funcbwd.studies.bench import results as bench_results
 
             bench = bench_results.load(str(bench_path))
         if not any(st in ctx.strategies for st in review.CANDIDATES):
@@ -281,7 +280,7 @@ def live_section(ctx: Context) -> str:
     """Today's hand-written branches: the deletable-branches table from its saved file."""
     import json
 
-    from funcbwd.views import live
+    from funcbwd.studies.deletable import render as live
 
     path = ctx.data_file(live.LIVE_FILE_NAME)
     if not path.exists():

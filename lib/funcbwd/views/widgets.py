@@ -4,7 +4,7 @@ Every view is updated *in place*: HTML widgets get a new ``.value`` and the char
 ``go.FigureWidget`` updated inside ``batch_update``. Nothing re-renders into an
 ``ipywidgets.Output`` (that made nbclient hang in ~20% of executions, see jupyter-notes.md).
 Cells come from ``funcbwd.run.runner.run`` (cached per op/sample/scenario/strategy), traces from
-``funcbwd.observe.trace.trace`` and graph diffs from ``funcbwd.observe.graphs``; a view whose module is missing
+``funcbwd.studies.trace.trace.trace`` and graph diffs from ``funcbwd.studies.graphs.graphs``; a view whose module is missing
 says so instead of failing.
 
 Opened without a kernel (a stored notebook, nbviewer, an untrusted notebook in JupyterLab), a
@@ -21,8 +21,10 @@ import uuid
 from typing import Any, Callable, Sequence
 
 from funcbwd.ops import registry
-from funcbwd.run import matrix, runner
-from funcbwd.views import display, figstyle
+from funcbwd.run import runner
+from funcbwd.studies.matrix import matrix
+from funcbwd.views import display
+from funcbwd import figstyle
 from funcbwd.run.runner import CellResult
 from funcbwd.run.scenarios import BACKWARD_NAMES
 from funcbwd.strategies import available
@@ -31,9 +33,9 @@ from funcbwd.errors import first_line
 
 def _trace_html(op: str, strategy: str, scenario: str) -> str:
     try:
-        from funcbwd.observe import trace
+        from funcbwd.studies.trace import trace
     except ImportError:
-        return "<i>funcbwd.observe.trace is not available in this checkout.</i>"
+        return "<i>funcbwd.studies.trace.trace is not available in this checkout.</i>"
     try:
         return trace.trace(op, strategy, scenario).html_fragment()
     except Exception as e:  # noqa: BLE001 - the view shows why there is no trace
@@ -42,9 +44,9 @@ def _trace_html(op: str, strategy: str, scenario: str) -> str:
 
 def _graph_html(op: str, strategy: str, scenario: str) -> str:
     try:
-        from funcbwd.observe import graphs
+        from funcbwd.studies.graphs import graphs
     except ImportError:
-        return "<i>funcbwd.observe.graphs is not available in this checkout.</i>"
+        return "<i>funcbwd.studies.graphs.graphs is not available in this checkout.</i>"
     try:
         # The formula as written against the form this strategy runs (plain: against traced).
         form = getattr(graphs, "STRATEGY_FORMS", {}).get(strategy, "traced")

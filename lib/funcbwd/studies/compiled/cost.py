@@ -2,7 +2,7 @@
 
 For each test op's builtin formula (torch's op, differentiated by torch's own backward) at the
 first sample's size, and diag / index_select at the bench's "large" size
-(:func:`funcbwd.measure.bench_inputs.resize`), over ``batch`` cotangents, eager against
+(:func:`funcbwd.studies.bench.inputs.resize`), over ``batch`` cotangents, eager against
 ``torch.compile(..., backend=B, fullgraph=False, dynamic=False)`` of one of two callables
 (:data:`VARIANTS`): the scenario's whole call (``vjp`` + ``vmap(vjp_fn)``), or only
 ``vmap(vjp_fn)`` with ``vjp_fn`` made eagerly (there dynamo breaks the graph at ``_autograd_grad``
@@ -15,9 +15,9 @@ and runs the transform eagerly: the ratio is dynamo's overhead, not compiled cod
   :class:`~funcbwd.strategies.compiled.CompileReport`: a ratio of a call that fell back to eager is
   labelled so, ``transform_in_graph`` False);
 * after a warm-up, ``pairs`` paired samples (eager and compiled back to back, alternating which
-  goes first; :func:`funcbwd.measure.timing.sample_once`, calls per sample calibrated on eager):
+  goes first; :func:`funcbwd.studies.bench.timing.sample_once`, calls per sample calibrated on eager):
   the per-pair ratio compiled / eager, its median and a distribution-free 95% interval
-  (:func:`funcbwd.measure.timing.median_interval`). Above 1: compiled is slower.
+  (:func:`funcbwd.studies.bench.timing.median_interval`). Above 1: compiled is slower.
 
 One intra-op thread (``torch.set_num_threads(1)`` for the run, restored after), so the
 ``thread_cpu`` clock sees all the work; ``wall`` samples are kept too. Ratios are of this run only.
@@ -34,8 +34,8 @@ from torch.func import vjp, vmap
 
 from funcbwd.internals import dynamo
 from funcbwd.errors import BadInputError, first_line
-from funcbwd.measure.bench_inputs import cotangents, resize, shape_text
-from funcbwd.measure.timing import calibrate, median, median_interval, sample_once
+from funcbwd.studies.bench.inputs import cotangents, resize, shape_text
+from funcbwd.studies.bench.timing import calibrate, median, median_interval, sample_once
 from funcbwd.ops import registry
 from funcbwd.run.compare import max_abs_error
 from funcbwd.strategies.compiled import BACKENDS, compiled_with_report, graph_breaks

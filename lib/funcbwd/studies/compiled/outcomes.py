@@ -12,7 +12,7 @@
   pytorch#193279). The same Function with the historical in-place backward fails in eager
   ``vmap(vjp)`` and "passes" compiled, on torch's formula.
 * :func:`registered_row`: the registered ``compiled`` (aot_eager) over every sample, summarized
-  as the matrix does (what the reviewed expectations of :mod:`funcbwd.run.expectations` see).
+  as the matrix does (what the reviewed expectations of :mod:`funcbwd.studies.matrix.expectations` see).
 * :func:`vjp_fn_outcomes`: the other way to ask the question, ``torch.compile(vmap(vjp_fn))`` with
   ``vjp_fn`` made eagerly (the first try reported in the review): compared with the loop.
 
@@ -29,12 +29,12 @@ from torch.func import vjp, vmap
 
 from funcbwd.errors import first_line
 from funcbwd.ops import registry
-from funcbwd.run import matrix
+from funcbwd.studies.matrix import matrix
 from funcbwd.run.compare import check_close, max_abs_error
 from funcbwd.run.outcomes import classify
 from funcbwd.run.runner import run
 from funcbwd.run.scenario import bind, loop_vjp, output_shapes, stack_loop
-from funcbwd.run.scenarios import BACKWARD_NAMES as SCENARIO_NAMES
+from funcbwd.run.scenarios import BACKWARD_NAMES
 from funcbwd.strategies import get_strategy
 from funcbwd.strategies.compiled import (BACKENDS, Compiled, CompileReport, collecting_reports,
                                          compile_call, for_backend)
@@ -79,7 +79,7 @@ def outcome(backend: str, op: str, scenario: str, sample: str | None = None) -> 
 
 
 def outcomes(backends: Iterable[str] = BACKENDS, ops: Iterable[str] = registry.TEST_OPS,
-             scenarios: Iterable[str] = SCENARIO_NAMES,
+             scenarios: Iterable[str] = BACKWARD_NAMES,
              progress: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
     """Every backend x op x scenario cell on each op's first sample (:func:`outcome`)."""
     rows = []
@@ -102,10 +102,10 @@ def backend_differences(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             for k, d in by_cell.items() if len(set(d.values())) > 1]
 
 
-def registered_row(ops: Iterable[str] = registry.TEST_OPS, scenarios: Iterable[str] = SCENARIO_NAMES,
+def registered_row(ops: Iterable[str] = registry.TEST_OPS, scenarios: Iterable[str] = BACKWARD_NAMES,
                    progress: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
     """The registered ``compiled`` row over every sample, summarized per op x scenario as the
-    matrix and the reviewed expectations see it (:func:`funcbwd.run.matrix.summarize`: worst
+    matrix and the reviewed expectations see it (:func:`funcbwd.studies.matrix.matrix.summarize`: worst
     status over the samples, ``mechanism_ran`` in every applicable sample)."""
     cells = matrix.run_matrix(list(ops), list(scenarios), [Compiled.name], progress=progress)
     summary = matrix.summarize(cells)
@@ -192,8 +192,7 @@ def vjp_fn_outcome(backend: str, op: str) -> dict[str, Any]:
     dtype = s.args[s.diff[0]].dtype
     cts = tuple(torch.randn((3, *sh), generator=torch.Generator().manual_seed(100 + i), dtype=dtype)
                 for i, sh in enumerate(output_shapes(spec, s)))
-    with plain.active():
-        _, vjp_fn = vjp(bind(spec, plain, s.args, s.diff), *[s.args[p] for p in s.diff])
+    _, vjp_fn = vjp(bind(spec, plain, s.args, s.diff), *[s.args[p] for p in s.diff])
     expected = stack_loop([loop_vjp(spec, plain, s.args, s.diff, [c[b] for c in cts]) for b in range(3)])
     row: dict[str, Any] = {"backend": backend, "op": op, "sample": s.name}
     try:

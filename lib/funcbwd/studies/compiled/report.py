@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from funcbwd.ops import registry
-from funcbwd.run.scenarios import BACKWARD_NAMES as SCENARIO_NAMES
+from funcbwd.run.scenarios import BACKWARD_NAMES
 from funcbwd.strategies.compiled import BACKENDS, DROP_ISSUE, Compiled
 from funcbwd.studies.compiled import cost, outcomes
 
@@ -75,7 +75,7 @@ def _timed(label: str, fn: Callable[[], Any], say: Callable[[str], None]) -> tup
 
 
 def collect(backends: Sequence[str] = BACKENDS, ops: Sequence[str] = registry.TEST_OPS,
-            scenarios: Sequence[str] = SCENARIO_NAMES, cost_backends: Sequence[str] | None = None,
+            scenarios: Sequence[str] = BACKWARD_NAMES, cost_backends: Sequence[str] | None = None,
             cost_cases: Iterable[tuple[str, str]] | None = None, batch: int = cost.BATCH,
             pairs: int = 21, row: bool = True,
             say: Callable[[str], None] = lambda s: None) -> dict[str, Any]:

@@ -1,23 +1,24 @@
 """Where torch's builtin backward takes vmap's slow per-sample fallback, how much faster is
 ``traced_backward``'s joint graph?
 
-Candidates: every OpInfo op whose ``builtin`` records (scenarios ``vmap_all_args`` /
-``vmap_cotangents``) in the saved sweep (``data/coverage-all.json.gz``, key ``records``) have
-non-empty ``fallback_ops``.
+Candidates: every OpInfo op whose float32 ``vmapvjp`` records of ``builtin`` in the saved sweep
+(``data/coverage.json.gz``, :mod:`funcbwd.studies.coverage.data`) have non-empty
+``fallback_ops``.
 
-Per op: its float32 samples in order, each prepared as the sweep prepares it
-(:func:`funcbwd.measure.coverage_ops.prepare`: distinct batch entries, the per-sample loop of
-torch's vjp as the reference) at batch ``batch``; per sample the in_dims choices in the sweep's
-order (all args at 0 first). The first (sample, in_dims) where builtin passes *and takes the
+Per op: its float32 samples in order, each built as the sweep builds it (an OpInfo cell,
+:func:`funcbwd.studies.coverage.opinfo.case_for`, and functorch's ``vmapvjp`` composition,
+:mod:`funcbwd.run.compositions`: distinct batch entries, the per-sample loop of torch's vjp as
+the reference) at batch ``batch``; per sample the in_dims choices in the sweep's order (all args
+at 0 first). The first (sample, in_dims) where builtin passes *and takes the
 fallback* and traced_backward passes (both compared with the loop,
 :func:`funcbwd.run.compare.check_close`) is timed: ``vmap(h, in_dims)(*args)``, ``h`` the whole
-``vjp`` (eager forward, then ``vjp_fn`` on the cotangents) as the sweep builds it
-(:meth:`Prepared.vjp_function`; traced_backward inside the scoped batching rules, as in the
+``vjp`` (eager forward, then ``vjp_fn`` on the cotangents) as the composition builds it
+(:meth:`Composition.actual`; traced_backward inside the scoped batching rules, as in the
 sweep; its graph is traced in the warm-up call, not timed; trace seconds are reported apart).
 Timing: ``repeats`` pairs, builtin and traced_backward back to back, alternating which goes first
-(:func:`funcbwd.measure.timing.sample_once`, the thread-CPU clock: immune to other processes on
+(:func:`funcbwd.studies.bench.timing.sample_once`, the thread-CPU clock: immune to other processes on
 a shared machine; wall kept too); per op the median of the per-pair ratios builtin / traced with
-a distribution-free 95% interval (:func:`funcbwd.measure.timing.median_interval`). Warnings are
+a distribution-free 95% interval (:func:`funcbwd.studies.bench.timing.median_interval`). Warnings are
 silenced while timing (the fallback warns on every call when they are not).
 
 An op fails (with the reason) when it cannot be swept, when no (sample, in_dims) within the
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import gzip
 import json
@@ -46,70 +48,109 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import torch
-from torch.func import vmap
+
 
 from funcbwd import batching
 from funcbwd.errors import first_line
-from funcbwd.measure import coverage_ops, timing
-from funcbwd.run.compare import Mismatch, check_close
+from funcbwd.run.compare import compare
+from funcbwd.run.compositions import BUILDERS, Composition
+from funcbwd.run.entries import distinct_entries
+from funcbwd.run.functorch import SampleView
 from funcbwd.run.outcomes import fallback_ops
+from funcbwd.studies.bench import timing
+from funcbwd.studies.coverage import opinfo
 from funcbwd.strategies import get_strategy, provenance
 from funcbwd.strategies.traced_backward import TracedBackward
 
 TARGET = 10.0
-SCENARIOS = ("vmap_all_args", "vmap_cotangents")
-COVERAGE_FILE = Path(__file__).resolve().parents[4] / "data" / "coverage-all.json.gz"
+COMPOSITION = "vmapvjp"
+FILE_NAME = "fallback-speedup.json"  # in the checkout's data/
 DEFAULT_REPEATS = 21
 #: the fewest pairs a tight per-op budget may cut the repeats to (a 95% interval for the median,
-#: :func:`funcbwd.measure.timing.median_interval`, needs at least 6)
+#: :func:`funcbwd.studies.bench.timing.median_interval`, needs at least 6)
 MIN_REPEATS = 9
 DEFAULT_BUDGET_S = 60.0
 #: seconds one timed sample aims at (calls per sample calibrated to it)
 SAMPLE_S = 0.02
 
 
-def candidates(path: str | Path = COVERAGE_FILE) -> dict[str, list[str]]:
+def candidates(path: str | Path) -> dict[str, list[str]]:
     """op -> the ATen ops builtin fell back for, over its builtin records of :data:`SCENARIOS`."""
     with gzip.open(path, "rt") as f:
         records = json.load(f)["records"]
     out: dict[str, set[str]] = {}
     for r in records:
-        if r["strategy"] == "builtin" and r["scenario"] in SCENARIOS and r["fallback_ops"]:
+        if (r["strategy"] == "builtin" and r["composition"] == COMPOSITION and r["dtype"] == "float32"
+                and r["fallback_ops"]):
             out.setdefault(r["op"], set()).update(r["fallback_ops"])
     return {op: sorted(v) for op, v in sorted(out.items())}
 
 
 # ------------------------------------------------------------------------------ one configuration
-def _attempt(p: coverage_ops.Prepared, strategy: Any, in_dims: tuple, rules: bool) -> dict[str, Any]:
-    """One checked call of ``vmap(h, in_dims)``: status, fallback ops, the strategy's events."""
-    h = p.vjp_function(strategy, rules=rules)
+@dataclasses.dataclass
+class Prepared:
+    """One OpInfo sample as the sweep's ``vmapvjp`` composition, with its batch entries."""
+
+    composition: Composition
+    entries: list
+    batch: int
+    entries_kind: str = "distinct"
+
+    @property
+    def choices(self) -> list[tuple]:
+        return self.composition.in_dims()
+
+    def batched(self, in_dims: tuple) -> list:
+        return self.composition.batched(in_dims, self.entries)
+
+    def call(self, strategy: Any, in_dims: tuple, args: Sequence[Any] | None = None) -> tuple:
+        return self.composition.actual(in_dims, self.batched(in_dims) if args is None else args,
+                                       vjp=strategy.vjp)
+
+    def expected(self, in_dims: tuple) -> tuple:
+        return self.composition.expected(in_dims, self.entries)
+
+
+def prepare(op: Any, sample: Any, batch: int) -> Prepared | str:
+    case = opinfo.case_for(op, sample, "0")
+    if isinstance(case, str):
+        return case
+    spec, smp = case
+    args = [a.detach().requires_grad_(i in smp.diff)
+            if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())
+            else a for i, a in enumerate(smp.args)]
+    view = SampleView(args[0], tuple(args[1:]), {})
+    c = BUILDERS[COMPOSITION](lambda *a: spec.torch_op(*a), view, torch.Generator().manual_seed(1000),
+                              name=spec.name)
+    return Prepared(c, distinct_entries(c.tensors(), batch, 0), batch)
+
+
+def _attempt(p: Prepared, strategy: Any, in_dims: tuple, rules: bool) -> dict[str, Any]:
+    """One checked call of the batched vjp: status, fallback ops, the strategy's events."""
+    st = strategy.with_rules() if rules else strategy
     out: dict[str, Any] = {"status": "pass", "message": "", "fallback_ops": [], "events": []}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             with provenance.collecting() as events:
-                actual = vmap(h, in_dims=in_dims)(*p.batched(in_dims))
+                actual = p.call(st, in_dims)
             out["events"] = [e for e in events if e.strategy == strategy.name]
-            like = [p.flat[d] for d in p.diff]
-            actual = [torch.zeros((p.batch, *l.shape), dtype=l.dtype) if a is None else a
-                      for a, l in zip(actual, like)]
-            check_close(actual, p.expected(in_dims), f"in_dims={in_dims}")
-        except Mismatch as e:
-            out.update(status="mismatch", message=str(e))
+            c = compare(actual, p.expected(in_dims))
+            if not c.ok:
+                out.update(status="mismatch", message=c.detail)
         except Exception as e:  # noqa: BLE001 - a failure is a reason, not a crash of the study
             out.update(status="fail", message=f"{type(e).__name__}: {first_line(str(e), 160)}")
     out["fallback_ops"] = fallback_ops(caught)
     return out
 
 
-def _timed_pair(p: coverage_ops.Prepared, in_dims: tuple, traced: TracedBackward, repeats: int,
+def _timed_pair(p: Prepared, in_dims: tuple, traced: TracedBackward, repeats: int,
                 budget_s: float) -> dict[str, Any]:
     """Paired, interleaved timing of builtin and traced_backward (see the module docstring).
     traced_backward's scoped rules are entered around each sample, outside its clock."""
     args = p.batched(in_dims)
-    h_b = p.vjp_function(get_strategy("builtin"))
-    h_t = p.vjp_function(traced, rules=False)  # the rules: entered around the samples instead
-    arms = [lambda: vmap(h_b, in_dims=in_dims)(*args), lambda: vmap(h_t, in_dims=in_dims)(*args)]
+    builtin = get_strategy("builtin")
+    arms = [lambda: p.call(builtin, in_dims, args), lambda: p.call(traced, in_dims, args)]
     contexts = [contextlib.nullcontext, batching.scoped_rules]
     samples: list[list[dict[str, float]]] = [[], []]
     with warnings.catch_warnings():
@@ -142,14 +183,14 @@ def measure_op(name: str, batch: int = 64, repeats: int = DEFAULT_REPEATS,
     or ``status`` "failed" with the ``reason`` (and what each tried sample did)."""
     start = time.perf_counter()
     row: dict[str, Any] = {"op": name, "status": "failed", "reason": "", "tried": []}
-    op = coverage_ops.op_by_id(name)
-    why = coverage_ops.not_sweepable(op)
+    op = opinfo.op_by_id(name)
+    why = opinfo.not_sweepable(op)
     if why:
         row["reason"] = why
         return row
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        smps = coverage_ops.samples(op, True)
+        smps = opinfo.samples(op)
     builtin = get_strategy("builtin")
     for i, sample in enumerate(smps):
         if time.perf_counter() - start > budget_s:
@@ -158,7 +199,7 @@ def measure_op(name: str, batch: int = 64, repeats: int = DEFAULT_REPEATS,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                p = coverage_ops.prepare(op, sample, batch=batch)
+                p = prepare(op, sample, batch)
             except Exception as e:  # noqa: BLE001
                 p = f"prepare fails: {type(e).__name__}: {first_line(str(e), 120)}"
         if isinstance(p, str):
@@ -248,10 +289,10 @@ def _left(row: dict[str, Any]) -> str:
 
 def run(ops: str | Iterable[str] | None = None, batch: int = 64, repeats: int = DEFAULT_REPEATS,
         progress: bool = True, budget_s: float = DEFAULT_BUDGET_S,
-        coverage_file: str | Path = COVERAGE_FILE) -> dict[str, Any]:
+        coverage_file: str | Path | None = None) -> dict[str, Any]:
     """The study over ``ops`` (default: :func:`candidates` of ``coverage_file``)."""
-    found = candidates(coverage_file) if Path(coverage_file).exists() else {}
-    chosen = list(found) if ops is None else coverage_ops.select_ops(ops)
+    found = candidates(coverage_file) if coverage_file and Path(coverage_file).exists() else {}
+    chosen = list(found) if ops is None else opinfo.select_ops(ops)
     rows = []
     for k, name in enumerate(chosen, 1):
         row = measure_op(name, batch, repeats, budget_s)
@@ -266,7 +307,7 @@ def run(ops: str | Iterable[str] | None = None, batch: int = 64, repeats: int = 
     meta = {"torch": torch.__version__, "batch": batch, "repeats": repeats, "budget_s": budget_s,
             "clock": "thread_cpu", "threads": torch.get_num_threads(),
             "date": datetime.date.today().isoformat(), "candidates": chosen,
-            "source": "builtin records with fallback_ops in data/coverage-all.json.gz",
+            "source": "builtin vmapvjp float32 records with fallback_ops in data/coverage.json.gz",
             "method": __doc__.split("\n\n")[2].replace("\n", " ")}
     return {"meta": meta, "summary": summarize(rows), "ops": rows}
 
@@ -306,8 +347,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
     ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, help="seconds per op")
     ap.add_argument("--out", default=None, help="JSON file to write")
+    ap.add_argument("--coverage", default=None, metavar="FILE",
+                    help="the sweep's data file whose builtin fallbacks name the candidates "
+                         "(e.g. data/coverage.json.gz); required unless --ops")
     a = ap.parse_args(argv)
-    result = run(a.ops, a.batch, a.repeats, True, a.budget)
+    if a.ops is None and a.coverage is None:
+        ap.error("give --coverage FILE (the candidates) or --ops")
+    result = run(a.ops, a.batch, a.repeats, True, a.budget, a.coverage)
     print(format_result(result))
     if a.out:
         Path(a.out).write_text(json.dumps(_jsonable(result), indent=1) + "\n")

@@ -13,7 +13,7 @@ by default; where they are not valid inputs of the op (the reference loop raises
 sample is rerun with copies and the records say ``entries="copies"``.
 
 :func:`run_sweep` maps :func:`sweep_op` over the ops serially or on Dask workers
-(:func:`funcbwd.measure.distributed.map_items`: a crash or hang is that op's failed record),
+(:func:`funcbwd.parallel.map_items`: a crash or hang is that op's failed record),
 appending each op's records to ``<out>.partial.jsonl`` as they arrive; ``resume=True`` skips
 the ops already there, so an interrupted sweep continues where it stopped and the final file
 equals one uninterrupted run (``tests/test_sweep.py``).
@@ -32,7 +32,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from funcbwd.errors import BadInputError, first_line, parse_names
-from funcbwd.measure.distributed import map_items
+from funcbwd.parallel import map_items
 from funcbwd.run import runner
 from funcbwd.run.scenarios import FUNCTORCH_NAMES
 from funcbwd.strategies import get_strategy

@@ -4,7 +4,7 @@ cache memory. Nothing here passes or fails a test; :func:`render` states each ta
 * **cost** (:func:`cost`): per case, ``vmap(vjp)`` (per-sample gradients; the cotangent and the
   batched argument batched) of the wrapped function vs the same transform of the out-of-place
   hand rewrite, at each batch size; paired interleaved timings
-  (:func:`funcbwd.measure.timing.run_paired`, thread CPU clock), the ratio the median of per-pair
+  (:func:`funcbwd.studies.bench.timing.run_paired`, thread CPU clock), the ratio the median of per-pair
   ratios with a distribution-free 95% interval. Target: <= 1.1x at batch >= 64.
 * **first call** (:func:`first_calls`): a fresh ``python`` process per row, after
   ``import funcbwd, torch`` (and building the args, untimed): the first call of the wrapped
@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 from torch.func import vjp, vmap
 
-from funcbwd.measure import timing
+from funcbwd.studies.bench import timing
 from funcbwd.studies.yourcode import cases
 
 BATCHES = (64, 256)

@@ -1,0 +1,1 @@
+"""What does bad input get? Every entry point tried with bad input; the README's table."""

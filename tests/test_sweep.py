@@ -1,0 +1,177 @@
+"""The OpInfo sweep on a handful of ops (the whole database is ``python -m funcbwd coverage``):
+it runs the engine's cells (breaking the runner's comparison breaks it too), every functorch
+composition with its records' composition and dtype, resumes to the same result, runs on Dask
+like serially, and turns records into summaries and upstream verdicts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from funcbwd import internals
+from funcbwd.run import runner
+from funcbwd.run.compare import Comparison
+from funcbwd.studies.coverage import data, render, summary, sweep, verdicts, upstream
+
+#: the cheap compositions (vmapvjpvjp/vmapjvpvjp: builtin only, in their own tests)
+PLAN = sweep.Plan({"float32": {"vmapvjp": 1, "vmapjvpall": 1, "vjpvmap": 1}}, budget_s=60.0)
+OPS = "atan2,index_select"
+
+
+@pytest.fixture(scope="module")
+def records():
+    before = internals.dispatch_state()
+    results = sweep.run_sweep(OPS, PLAN, progress=False)
+    assert internals.dispatch_state() == before  # the sweep leaves no functorch/dispatch state
+    return [r for res in results for r in res["records"]]
+
+
+def _rec(records, op, comp, st):
+    return next(r for r in records if (r["op"], r["composition"], r["strategy"]) == (op, comp, st))
+
+
+def test_every_composition_and_strategy_has_a_record_with_its_composition_and_dtype(records):
+    assert {(r["op"], r["composition"], r["strategy"]) for r in records} == {
+        (o, c, s) for o in OPS.split(",") for c in PLAN.compositions() for s in sweep.STRATEGIES}
+    assert all(r["dtype"] == "float32" and r["composition"] == r["scenario"] for r in records)
+
+
+def test_a_pass_ran_every_in_dims_choice_with_the_mechanism_and_the_rules(records):
+    for comp in ("vmapvjp", "vjpvmap"):
+        for st in sweep.STRATEGIES:
+            r = _rec(records, "atan2", comp, st)
+            assert r["status"] == "pass" and r["trials_run"] == r["trials_total"] > 1, r
+            assert r["rules"] == ([] if st == "builtin" else ["aten::copy", "aten::as_strided_scatter"])
+    r = _rec(records, "atan2", "vmapvjp", "whole")
+    assert r["mechanism_ran"] and r["mechanism"] == "vjp_fn functionalized under vmap"
+    assert _rec(records, "atan2", "vmapvjp", "traced_backward")["mechanism_ran"]
+
+
+def test_forward_only_compositions_are_not_applicable_to_backward_strategies(records):
+    for st in ("whole", "hooks", "traced_backward"):
+        r = _rec(records, "atan2", "vmapjvpall", st)
+        assert r["status"] == "not_applicable" and "forward mode only" in r["message"]
+    assert _rec(records, "atan2", "vmapjvpall", "builtin")["status"] == "pass"
+
+
+def test_the_sweep_is_the_runners_cells(monkeypatch):
+    """A broken comparison in the engine breaks the sweep: nothing else decides a record."""
+    def never(actual, expected, tol=None):
+        return Comparison(False, 1.0, 1.0, "output 0: broken on purpose")
+
+    monkeypatch.setattr(runner, "compare", never)
+    res = sweep.sweep_op("atan2", dataclasses.replace(
+        PLAN, samples={"float32": {"vmapvjp": 1}}, strategies=("builtin",)))
+    (rec,) = res["records"]
+    assert rec["status"] == "mismatch" and "broken on purpose" in rec["message"]
+
+
+def test_second_order_compositions_run_and_upstreams_inplace_failure_shows():
+    # binary_cross_entropy's double backward writes a batched grad into an unbatched one in place
+    # when only the first cotangent is batched (2 of its 32 in_dims choices per sample)
+    res = sweep.sweep_op("nn.functional.binary_cross_entropy", dataclasses.replace(
+        PLAN, samples={"float32": {"vmapvjpvjp": 1}}, strategies=("builtin", "whole")))
+    base, whole = res["records"]
+    assert (base["status"], base["reason"]) == ("fail", "vmap_inplace"), base
+    assert whole["status"] in ("pass", "timeout") and whole["trials_run"] >= 1
+    if whole["status"] == "pass":
+        assert whole["mechanism_ran"]
+
+
+def test_a_spent_budget_is_a_timeout_never_a_pass():
+    res = sweep.sweep_op("atan2", dataclasses.replace(
+        PLAN, samples={"float32": {"vmapvjpvjp": 1}}, strategies=("builtin",), budget_s=1e-9))
+    (rec,) = res["records"]
+    assert rec["status"] == "timeout" and rec["trials_run"] == 1 < rec["trials_total"]
+
+
+def test_resume_gives_the_same_records_as_one_run(tmp_path, records):
+    out = tmp_path / "c.json.gz"
+    first = sweep.run_sweep("atan2", PLAN, out=out, progress=False)  # "interrupted" after one op
+    assert list(sweep.done_ops(out)) == ["atan2"]
+    resumed = sweep.run_sweep(OPS, PLAN, out=out, resume=True, progress=False)
+    assert resumed[0] == first[0]  # read back, not recomputed
+
+    def stable(rs):
+        return [{k: v for k, v in r.items() if k != "seconds"} for res in rs for r in res["records"]]
+
+    assert stable(resumed) == [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+    other = dataclasses.replace(PLAN, budget_s=1.0)
+    with pytest.raises(Exception, match="another plan"):
+        sweep.run_sweep(OPS, other, out=out, resume=True, progress=False)
+
+
+def test_dask_workers_give_the_serial_records(records):
+    results = sweep.run_sweep("atan2", PLAN, workers=2, progress=False)
+    dask = [{k: v for k, v in r.items() if k != "seconds"} for res in results for r in res["records"]]
+    serial = [{k: v for k, v in r.items() if k != "seconds"} for r in records if r["op"] == "atan2"]
+    assert dask == serial
+
+
+# ------------------------------------------------------------------------------ from records
+def _r(op, comp, st, status, reason="", ran=True, fb=(), sample="0"):
+    return {"op": op, "sample": sample, "dtype": "float32", "composition": comp, "scenario": comp,
+            "strategy": st, "status": status, "reason": reason, "mechanism_ran": ran,
+            "fallback_ops": list(fb), "message": reason, "detail": "", "trials_run": 1,
+            "trials_total": 1}
+
+
+def test_regressions_and_fixes_pair_records_by_cell():
+    recs = [_r("a", "vmapvjpvjp", "builtin", "fail", "vmap_inplace"),
+            _r("a", "vmapvjpvjp", "whole", "pass"),
+            _r("a", "vmapvjpvjp", "hooks", "pass", ran=False),  # no mechanism: not a fix
+            _r("b", "vmapvjp", "builtin", "pass"), _r("b", "vmapvjp", "whole", "mismatch"),
+            _r("c", "vmapvjp", "builtin", "timeout"), _r("c", "vmapvjp", "whole", "pass")]
+    s = summary.summarize(recs)
+    assert [(f["cell"][0], f["strategy"], f["inplace"]) for f in s["fixes"]] == [("a", "whole", True)]
+    assert [(r["cell"][0], r["strategy"]) for r in s["regressions"]] == [("b", "whole")]
+    assert s["compositions"]["vmapvjp"]["whole"]["unresolved"] == 1
+    assert summary.inplace_fixed_by(recs, "whole") == {"fixed": 1}
+    assert summary.inplace_fixed_by(recs, "hooks") == {"not_fixed": 1}
+
+
+def _entry(test, op, kind="xfail", variant=""):
+    return upstream.Entry(test, op, variant, kind, "a reason", "inline", 1, (1,), ("s",))
+
+
+def test_each_upstream_entry_gets_a_verdict_from_the_records():
+    recs = [_r("layer_norm", "vmapvjpvjp", "builtin", "fail", "vmap_inplace"),
+            *[_r("layer_norm", "vmapvjpvjp", s, "pass") for s in ("whole", "hooks", "traced_backward")],
+            _r("sin", "vmapvjp", "builtin", "pass"),
+            _r("roll", "vmapvjp", "builtin", "mismatch"),
+            _r("slow", "vmapvjp", "builtin", "timeout"),
+            _r("fb", "vmapvjp", "builtin", "pass", fb=["aten::copy"]),
+            _r("fb", "vmapvjp", "traced_backward", "pass"),
+            _r("bad", "vmapvjpvjp", "builtin", "fail", "other"),
+            *[_r("bad", "vmapvjpvjp", s, "fail", "other") for s in ("whole", "hooks", "traced_backward")]]
+    entries = [_entry("test_vmapvjpvjp", "layer_norm"), _entry("test_vmapvjp", "sin"),
+               _entry("test_vmapvjp", "roll"), _entry("test_vmapvjp", "slow"),
+               _entry("test_vmapvjp_has_batch_rule", "fb"), _entry("test_vmapvjpvjp", "bad"),
+               _entry("test_vmapvjp", "gone")]
+    got = [v["verdict"] for v in verdicts.upstream_verdicts(recs, entries)]
+    assert got == ["fixed", "stale", "torch_bug", "unresolved", "fixed", "reproduced", "harness"]
+    # mutation: a regression of the fixing strategy elsewhere on the op withdraws its "fixed"
+    recs += [_r("layer_norm", "vmapvjpvjp", "builtin", "pass", sample="1"),
+             *[_r("layer_norm", "vmapvjpvjp", s, "fail", "other", sample="1")
+               for s in ("whole", "hooks", "traced_backward")]]
+    assert verdicts.upstream_verdicts(recs, entries[:1])[0]["verdict"] == "reproduced"
+
+
+def test_the_data_file_round_trips_and_renders_in_100_columns(tmp_path, records):
+    path = tmp_path / "c.json.gz"
+    meta = {**PLAN.meta(), "ops": 2, "torch": "x", "seconds": 1.0, "workers": 0}
+    data.save(path, records, meta, verdicts.upstream_verdicts(records))
+    doc = data.load(path)
+    assert doc["records"] == records and doc["meta"]["max_in_dims"] is None
+    assert {"test", "op", "variant", "kind", "reason", "source", "verdict"} <= set(doc["upstream_xfails"][0])
+    text = render.text(doc, summary.summarize(records))
+    assert all(len(line) <= 100 for line in text.splitlines()), text
+    bad = tmp_path / "old.json.gz"
+    data.save(bad, [], {})
+    raw = json.loads(__import__("gzip").open(bad, "rt").read())
+    raw["schema"] = "old"
+    __import__("gzip").open(bad, "wt").write(json.dumps(raw))
+    with pytest.raises(Exception, match="schema"):
+        data.load(bad)
