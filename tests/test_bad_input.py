@@ -1,5 +1,6 @@
 """Every public entry point rejects bad input with an error that names the problem (and the valid
-choices); the README's bad-input table is exactly what these calls return."""
+choices); the bad-input table (docs/bad-input.md, linked from the README) is exactly what these
+calls return."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from funcbwd.studies.bad_input import cases as bad_input
 from funcbwd.views import readme
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+TABLE_HOME = Path(__file__).resolve().parents[1] / readme.HOMES["bad-input"]
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def test_every_bad_input_is_rejected_clearly(outcomes):
 
 
 def test_readme_table_is_generated_from_the_cases(outcomes):
-    assert readme.block(README.read_text(), "bad-input") == bad_input.markdown(outcomes)
+    assert readme.block(TABLE_HOME.read_text(), "bad-input") == bad_input.markdown(outcomes)
 
 
 def test_debug_flag_shows_the_traceback():

@@ -10,6 +10,8 @@ Fast (no kernel, no browser): about two seconds.
 
 from __future__ import annotations
 
+import json
+
 import copy
 from pathlib import Path
 
@@ -31,7 +33,9 @@ def _bench():
 
 def charts() -> dict[str, go.Figure]:
     """Every figure the notebooks and the report show, by where it is shown."""
-    from funcbwd.measure import coverage_summary
+    from funcbwd.studies.coverage import charts as coverage_charts
+    from funcbwd.studies.coverage import data as coverage_data
+    from funcbwd.studies.coverage import summary as coverage_summary
     from funcbwd.studies.bench import profile_section as bench_profile
     from funcbwd.studies.coverage import cost as coverage_cost
     from funcbwd.studies.bench import profile
@@ -58,9 +62,10 @@ def charts() -> dict[str, go.Figure]:
     out["explorer"] = Explorer(results, strategies=sorted({r.strategy for r in results}),
                                scenarios=sorted({r.scenario for r in results}),
                                trace_view=lambda *a: "", graph_view=lambda *a: "").figure
-    sweep = str(DATA / "coverage-all.json.gz")
-    out["coverage summary"] = coverage_summary.summary_figure(coverage_summary.load(sweep))
-    out["coverage cost"] = coverage_cost.cost_figure(coverage_summary.load_cost(sweep))
+    sweep = coverage_data.load(DATA / coverage_data.FILE_NAME)
+    out["coverage summary"] = coverage_charts.summary_figure(coverage_summary.summarize(sweep["records"]))
+    costs = json.loads((DATA / coverage_cost.COST_FILE).read_text())["cost"]
+    out["coverage cost"] = coverage_cost.cost_figure(costs)
     return out
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("plotly", "ipywidgets", "anywidget", "distributed", "dask", "nbformat")
-UPPER = ("funcbwd.views", "funcbwd.measure", "funcbwd.studies", "funcbwd.cli", "funcbwd.observe")
+UPPER = ("funcbwd.views", "funcbwd.studies", "funcbwd.cli", "funcbwd.doctor")
 
 PROBE = """
 import json, sys

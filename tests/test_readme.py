@@ -1,10 +1,19 @@
-"""The README's strategies table is generated from the saved matrix, and the saved matrix is what
-a fresh run computes (so neither can drift, and the matrix JSON is deterministic across runs)."""
+"""Every generated block of the README and of the docs pages it links to is what its generator
+renders from the saved data, in the home ``funcbwd.views.readme.HOMES`` names; the saved matrix is
+what a fresh run computes (so neither can drift, and the matrix JSON is deterministic across runs).
+The README's first screen holds the decision and the two commands, and its two example code blocks
+run as they say."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
+import textwrap
 from pathlib import Path
+
+import pytest
+import torch
 
 from funcbwd.studies.matrix import records
 from funcbwd.views import readme
@@ -14,11 +23,57 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MATRIX_FILE = ROOT / "data" / readme.MATRIX_FILE_NAME
 BENCH_FILE = ROOT / "data" / readme.BENCH_FILE_NAME
+MARKER = re.compile(r"<!-- ([\w-]+):(begin|end) -->")
+
+
+def block(name: str) -> str:
+    """Block ``name`` as its home file has it."""
+    return readme.block((ROOT / readme.HOMES[name]).read_text(), name, where=readme.HOMES[name])
+
+
+# ------------------------------------------------------------------------------ where the blocks live
+def test_every_block_is_once_in_its_home_and_the_readme_keeps_no_stale_copy():
+    for name, home in readme.HOMES.items():
+        text = (ROOT / home).read_text()
+        assert text.count(f"<!-- {name}:begin -->") == text.count(f"<!-- {name}:end -->") == 1, (name, home)
+    in_readme = {m.group(1) for m in MARKER.finditer(README.read_text())}
+    assert in_readme == {n for n, h in readme.HOMES.items() if h == "README.md"}, (
+        "README.md has blocks that live elsewhere (or lost its own): " + str(sorted(in_readme)))
+
+
+def _tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("update_readme", ROOT / "tools" / "update_readme.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def test_the_tool_renders_every_block_in_its_home(tmp_path, monkeypatch):
+    """tools/update_readme.py has a renderer for every block of HOMES (so a block moved to a new
+    home is regenerated there, never left stale) and writes each block into its home only."""
+    tool = _tool()
+    assert set(tool.RENDERERS) == set(readme.HOMES)
+    for home in set(readme.HOMES.values()):  # a copy of the homes, with every block emptied
+        text = (ROOT / home).read_text()
+        for name in [n for n, h in readme.HOMES.items() if h == home]:
+            text = readme.replace_block(text, name, "")
+        (tmp_path / home).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / home).write_text(text)
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    written = tool.write({name: f"body of {name}" for name in readme.HOMES})
+    assert sorted(written) == sorted(set(readme.HOMES.values()))
+    for name, home in readme.HOMES.items():
+        assert readme.block((tmp_path / home).read_text(), name) == f"body of {name}"
+    misplaced = dict(readme.HOMES, findings="docs/decision.md")  # mutation: a block sent elsewhere
+    monkeypatch.setattr(readme, "HOMES", misplaced)
+    with pytest.raises(ValueError, match="docs/decision.md has no 'findings' block"):
+        tool.write({"findings": "x"})
 
 
 def test_readme_strategies_table_is_generated_from_the_saved_matrix():
-    text = README.read_text()
-    assert readme.block(text, "strategies") == readme.strategies_markdown(records.load(MATRIX_FILE))
+    assert block("strategies") == readme.strategies_markdown(records.load(MATRIX_FILE))
 
 
 def test_saved_matrix_equals_a_fresh_run(test_ops_matrix):
@@ -35,8 +90,7 @@ def test_saved_matrix_equals_a_fresh_run(test_ops_matrix):
 def test_readme_bench_headline_is_generated_from_the_saved_run():
     from funcbwd.studies.bench import results as bench_results
 
-    text = README.read_text()
-    assert readme.block(text, "bench") == readme.bench_markdown(bench_results.load(BENCH_FILE))
+    assert block("bench") == readme.bench_markdown(bench_results.load(BENCH_FILE))
 
 
 EVIDENCE_FILE = ROOT / "data" / readme.EVIDENCE_FILE_NAME
@@ -45,8 +99,17 @@ EVIDENCE_FILE = ROOT / "data" / readme.EVIDENCE_FILE_NAME
 def test_readme_decision_block_is_generated_from_the_saved_evidence():
     from funcbwd.studies.review import review
 
-    text = README.read_text()
-    assert readme.block(text, "decision") == readme.decision_markdown(review.load_evidence(EVIDENCE_FILE))
+    assert block("decision") == readme.decision_markdown(review.load_evidence(EVIDENCE_FILE))
+
+
+def test_readme_decision_summary_is_generated_from_the_saved_evidence():
+    from funcbwd.studies.review import review
+
+    d = review.decision(review.load_evidence(EVIDENCE_FILE))
+    summary = block("decision-summary")
+    assert summary == readme.decision_summary_markdown(review.load_evidence(EVIDENCE_FILE))
+    assert summary.startswith(f"**Decision: `{d.pick}`**")
+    assert " ".join(summary.split()).count(" ".join(d.sentences[2].split())) == 1  # the sentences, whole
 
 
 def test_saved_evidence_counts_are_the_saved_matrix_counts():
@@ -85,15 +148,160 @@ def test_readme_live_block_is_generated_from_the_saved_table():
     from funcbwd.studies.deletable import render as live
 
     saved = json.loads((ROOT / "data" / live.LIVE_FILE_NAME).read_text())
-    assert readme.block(README.read_text(), "live") == live.markdown(saved)
-    assert "of 36 hand-written branches" in readme.block(README.read_text(), "live")
+    assert block("live") == live.markdown(saved)
+    assert "of 36 hand-written branches" in block("live")
 
 
 def test_readme_coverage_block_is_generated_from_the_saved_sweep():
-    from funcbwd.measure import coverage_summary
-    from funcbwd.views import coverage
+    from funcbwd.studies.coverage import data, render, summary
 
-    cov = str(ROOT / "data" / coverage.COVERAGE_FILE_NAME)
-    expected = coverage.markdown(coverage_summary.load(cov), coverage_summary.load_meta(cov),
-                                 coverage_summary.load_cost(cov))
-    assert readme.block(README.read_text(), "coverage") == expected
+    doc = data.load(ROOT / "data" / data.FILE_NAME)
+    assert block("coverage") == render.markdown(doc, summary.summarize(doc["records"]))
+
+
+# ------------------------------------------------------------------------------ the findings
+def test_readme_findings_block_lists_the_findings_registry():
+    from funcbwd.studies.findings import findings
+
+    text = block("findings")
+    assert text == readme.findings_markdown(findings.FINDINGS)
+    flat = " ".join(text.split())
+    for f in findings.FINDINGS:
+        assert f"**{' '.join(f.title.split())}**" in flat and f"--only {f.key}`" in flat
+    assert flat.count("\n- ") <= len(findings.FINDINGS)
+    assert f"_{len(findings.FINDINGS)} torch bugs" in flat
+    fewer = readme.findings_markdown(findings.FINDINGS[:-1])  # mutation: the block follows the data
+    assert findings.FINDINGS[-1].key not in fewer and f"_{len(findings.FINDINGS) - 1} torch bugs" in fewer
+
+
+# ------------------------------------------------------------------------------ wrapping
+#: a line markdown reads as a list item, heading, quote, rule or fence (CommonMark)
+RISKY = re.compile(r"^\s*(?:(?:[-+*]|#{1,6}|\d{1,9}[.)])(?:\s|$)|>|[=-]+\s*$|[`~]{3})")
+
+
+def _text_with_risky_words() -> str:
+    words = "a b c d e f g h i j k l m n o".split()
+    return " ".join(w * 7 for w in words) + " >= 64 and - 3 items, 2. then # notes"
+
+
+def test_wrap_keeps_code_spans_whole_and_never_starts_a_line_with_markdown():
+    text = _text_with_risky_words() + " `python -m funcbwd findings --only x`"
+    for width in range(20, 60):
+        lines = readme.wrap(text, "1. ", "   ", width=width)
+        assert " ".join(" ".join(lines)[3:].split()) == " ".join(text.split())  # the same words
+        assert not [l for l in lines[1:] if RISKY.match(l)], (width, lines)
+        assert any("`python -m funcbwd findings --only x`" in l for l in lines)
+        assert all(len(l) <= width or " " not in l.strip() or "`" in l or RISKY.match(l.split()[-1])
+                   for l in lines)
+    # the check can fail: plain textwrap puts a ">=" (a quote) or "-" (a list) at a line start
+    assert any(RISKY.match(l) for w in range(20, 60)
+               for l in textwrap.wrap(_text_with_risky_words(), w)[1:])
+
+
+def _prose_lines(text: str) -> list[str]:
+    """Hand-written lines: outside generated blocks, code fences and tables."""
+    text = re.sub(r"<!-- ([\w-]+):begin -->\n.*?<!-- \1:end -->", "", text, flags=re.S)
+    out, fence = [], False
+    for line in text.splitlines():
+        if line.startswith(("```", "~~~")):
+            fence = not fence
+        elif not fence and not line.startswith("|"):
+            out.append(line)
+    return out
+
+
+#: the README and the pages that received its sections (the older docs keep their own wrapping)
+WRAPPED = ["README.md", *sorted(set(readme.HOMES.values()) - {"README.md"}), "docs/setup.md",
+           "docs/findings.md"]
+
+
+@pytest.mark.parametrize("name", WRAPPED)
+def test_prose_is_wrapped_at_100_columns(name):
+    long = [l for l in _prose_lines((ROOT / name).read_text()) if len(l) > readme.WIDTH]
+    assert not long, f"{name}: lines over {readme.WIDTH} columns: {long[:3]}"
+    generated = [readme.block((ROOT / name).read_text(), n) for n, h in readme.HOMES.items()
+                 if h == name and n in ("decision-summary", "findings")]
+    assert all(len(l) <= readme.WIDTH + 1 for g in generated for l in g.splitlines())
+
+
+# ------------------------------------------------------------------------------ the first screen
+#: A rendered README line (GitHub, 1280x800 window: a ~830 px column of 16 px text, ~105
+#: characters a line) holds one source line wrapped at 100 columns; headings take about two. Measured
+#: once with Chromium on this README: 35 such lines ended 744 px down, so 37 is about 800 px.
+FIRST_SCREEN_LINES = 37
+
+
+def first_screen_lines(text: str, until: str) -> int:
+    """Rendered lines (estimated as above) from the top to the line containing ``until``."""
+    n = 0
+    for line in text.splitlines():
+        if MARKER.fullmatch(line.strip()) or line.startswith("<!--"):
+            continue
+        n += 2 if line.startswith("#") else 1
+        if until in line:
+            return n
+    raise AssertionError(f"{until!r} not in the text")
+
+
+def test_first_screen_has_the_decision_then_the_two_commands():
+    text = README.read_text()
+    order = [text.index(s) for s in ("<!-- decision-summary:begin -->", "## Two commands", "make lab ",
+                                      "make test ")]
+    assert order == sorted(order) and order[0] < text.index("\n## ")  # the decision first
+    assert first_screen_lines(text, "make test ") <= FIRST_SCREEN_LINES
+    longer = text.replace("## Two commands", "## Two commands\n\n" + "prose\n" * 3)  # mutation
+    assert first_screen_lines(longer, "make test ") > FIRST_SCREEN_LINES
+    assert text.index("## Contents") > text.index("make test ")
+
+
+# ------------------------------------------------------------------------------ the example code
+def _python_block(text: str, heading: str) -> str:
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    m = re.search(r"```python\n(.*?)```", section, re.S)
+    assert m, f"the section {heading!r} lost its python block"
+    return m.group(1)
+
+
+def _run_fix_your_own_code(src: str):
+    """Run the block; its last statement (a transform applied to an input) is split so the test
+    gets the function, the input and the result."""
+    tree = ast.parse(src)
+    *body, last = tree.body
+    assert isinstance(last, ast.Expr) and isinstance(last.value, ast.Call), "the block must end in a call"
+    ns: dict = {}
+    exec(compile(ast.Module(body=body, type_ignores=[]), "<README>", "exec"), ns)
+    transform = eval(compile(ast.Expression(last.value.func), "<README>", "eval"), ns)
+    args = [eval(compile(ast.Expression(a), "<README>", "eval"), ns) for a in last.value.args]
+    return ns, args, transform(*args)
+
+
+def test_readme_fix_your_own_code_runs_and_matches_a_per_sample_loop():
+    _fixes_and_matches_the_loop(_python_block(README.read_text(), "Fix your own code"))
+
+
+def test_docs_your_code_example_runs_and_matches_a_per_sample_loop():
+    _fixes_and_matches_the_loop(_python_block((ROOT / "docs" / "your-code.md").read_text(),
+                                              "Fix your own code"))
+
+
+def _fixes_and_matches_the_loop(src: str):
+    torch.manual_seed(0)
+    ns, (x,), result = _run_fix_your_own_code(src)
+    # the reference: torch.autograd's Jacobian of f as written (in place, no transform), per sample
+    loop = torch.stack([torch.autograd.functional.jacobian(ns["f"], xi) for xi in x])
+    torch.testing.assert_close(result, loop, rtol=0, atol=0)
+    assert result.abs().sum() > 0
+    # the check can fail: without the decorator the same block is torch's in-place error
+    plain = src.replace("@funcbwd.functionalized", "")
+    assert plain != src
+    with pytest.raises(RuntimeError, match="vmap: inplace arithmetic"):
+        _run_fix_your_own_code(plain)
+
+
+def test_readme_problem_cell_fails_as_it_says():
+    src = _python_block(README.read_text(), "The problem in one cell")
+    said = " ".join(l.lstrip("# ") for l in src.splitlines() if l.startswith("#"))
+    said = said.removeprefix("RuntimeError: ").rstrip(".")
+    with pytest.raises(RuntimeError) as err:
+        exec(compile(src, "<README>", "exec"), {})
+    assert " ".join(str(err.value).split()).startswith(said), (said, str(err.value))

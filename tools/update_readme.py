@@ -1,55 +1,80 @@
-"""Regenerate the README's computed sections.
+"""Regenerate the computed blocks of the README and of the docs pages it points to.
 
-Re-runs the test-op matrix (saving data/matrix-test-ops.json) unless --reuse, then rewrites the
-strategies table, the bad-input table and the bench block from computed results, and the design
-review's evidence (data/review-evidence.json: that matrix over all samples, the saved bench run and
-the live probes) with the decision block computed from it. The paths are
-the repository's (this tool lives in it); the library only renders.
+Re-runs the test-op matrix (saving data/matrix-test-ops.json) unless --reuse, then renders every
+block from computed results: the strategies table, the bad-input table, the bench block, the
+findings list, the design review's evidence (data/review-evidence.json: that matrix over all
+samples, the saved bench run and the live probes) with the decision and its summary computed from
+it, the live (deletable branches) block and the OpInfo sweep's block. Each block is written in its
+home, ``funcbwd.views.readme.HOMES`` (the README keeps the decision summary and the findings; the
+others live in docs/*.md, linked from the README). The paths are the repository's (this tool
+lives in it); the library only renders.
 Usage: python tools/update_readme.py [--reuse]"""
 
+import json
 import sys
 from pathlib import Path
 
 from funcbwd.studies.bad_input import cases as bad_input
+from funcbwd.studies.coverage import data as coverage_data
+from funcbwd.studies.coverage import render as coverage_render
+from funcbwd.studies.coverage import summary as coverage_summary
+from funcbwd.studies.findings import findings
 from funcbwd.studies.matrix import matrix
 from funcbwd.studies.matrix import records
 from funcbwd.views import readme
+from funcbwd.studies.deletable import render as live
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
 DATA = ROOT / "data"
 MATRIX_FILE = DATA / readme.MATRIX_FILE_NAME
 BENCH_FILE = DATA / readme.BENCH_FILE_NAME
 EVIDENCE_FILE = DATA / readme.EVIDENCE_FILE_NAME
 
+
+def _coverage() -> str:
+    doc = coverage_data.load(DATA / coverage_data.FILE_NAME)
+    return coverage_render.markdown(doc, coverage_summary.summarize(doc["records"]))
+
+
+#: How each block of ``readme.HOMES`` is rendered from the inputs of :func:`render` (the matrix
+#: ``results``, the saved ``bench`` run, the review ``evidence``); the live table and the sweep are
+#: read from data/, the bad inputs tried now.
+RENDERERS = {
+    "decision-summary": lambda i: readme.decision_summary_markdown(i["evidence"]),
+    "findings": lambda i: readme.findings_markdown(findings.FINDINGS),
+    "decision": lambda i: readme.decision_markdown(i["evidence"]),
+    "strategies": lambda i: readme.strategies_markdown(i["results"]),
+    "coverage": lambda i: _coverage(),
+    "live": lambda i: live.markdown(json.loads((DATA / live.LIVE_FILE_NAME).read_text())),
+    "bench": lambda i: readme.bench_markdown(i["bench"], source=str(BENCH_FILE.relative_to(ROOT))),
+    "bad-input": lambda i: bad_input.markdown([bad_input.try_case(c) for c in bad_input.CASES]),
+}
+
+
+def render(results, bench, evidence, names=None) -> dict[str, str]:
+    """The blocks ``names`` (default: every block of ``readme.HOMES``), by name."""
+    inputs = {"results": results, "bench": bench, "evidence": evidence}
+    return {name: RENDERERS[name](inputs) for name in (names or readme.HOMES)}
+
+
+def write(blocks: dict[str, str]) -> list[str]:
+    """Write each block of ``blocks`` in its home file; the homes, repository-relative."""
+    texts = {home: (ROOT / home).read_text() for home in sorted({readme.HOMES[n] for n in blocks})}
+    for name, body in blocks.items():  # every block replaced before any file is written
+        home = readme.HOMES[name]
+        texts[home] = readme.replace_block(texts[home], name, body, where=home)
+    for home, text in texts.items():
+        (ROOT / home).write_text(text)
+    return list(texts)
+
+
 if __name__ == "__main__":
     results = records.load(MATRIX_FILE) if "--reuse" in sys.argv else matrix.run_test_ops()
     records.save(results, MATRIX_FILE)
-    text = README.read_text()
-    text = readme.replace_block(text, "strategies", readme.strategies_markdown(results))
-    text = readme.replace_block(text, "bad-input",
-                                bad_input.markdown([bad_input.try_case(c) for c in bad_input.CASES]))
     from funcbwd.studies.bench import results as bench_results
-
-    bench = bench_results.load(BENCH_FILE)
-    text = readme.replace_block(text, "bench", readme.bench_markdown(
-        bench, source=str(BENCH_FILE.relative_to(ROOT))))
     from funcbwd.studies.review import review
 
+    bench = bench_results.load(BENCH_FILE)
     evidence = review.collect_evidence(results, bench, bench_source=str(BENCH_FILE.relative_to(ROOT)))
     review.save_evidence(evidence, EVIDENCE_FILE)
-    text = readme.replace_block(text, "decision", readme.decision_markdown(evidence))
-    import json
-
-    from funcbwd.studies.deletable import render as live
-
-    live_file = DATA / live.LIVE_FILE_NAME
-    text = readme.replace_block(text, "live", live.markdown(json.loads(live_file.read_text())))
-    from funcbwd.measure import coverage_summary
-    from funcbwd.views import coverage
-
-    cov = str(DATA / coverage.COVERAGE_FILE_NAME)
-    text = readme.replace_block(text, "coverage", coverage.markdown(
-        coverage_summary.load(cov), coverage_summary.load_meta(cov), coverage_summary.load_cost(cov)))
-    README.write_text(text)
-    print("README.md updated")
+    print("updated " + ", ".join(write(render(results, bench, evidence))))

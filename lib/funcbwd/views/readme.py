@@ -1,11 +1,13 @@
-"""The README's generated sections (markdown rendering only): the strategies table comes from a
-saved matrix run (``data/matrix-test-ops.json`` in the repository, written and read by
-:mod:`funcbwd.studies.matrix.records`), never typed by hand; ``tests/test_readme.py`` checks both that the
-README matches the file and that the file matches a fresh run
-(:func:`funcbwd.studies.matrix.matrix.run_test_ops`).
+"""The README's generated sections and those of the docs pages it points to (markdown rendering
+only): each block sits between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` in the file
+:data:`HOMES` names, and is rendered from saved results, never typed by hand. The strategies table
+comes from a saved matrix run (``data/matrix-test-ops.json`` in the repository, written and read
+by :mod:`funcbwd.studies.matrix.records`); ``tests/test_readme.py`` checks both that every block matches its
+source and that the saved matrix matches a fresh run (:func:`funcbwd.studies.matrix.matrix.run_test_ops`).
 
-Rendering only: the README and the data files are the repository's, so their paths are the
-repository tool's (``tools/update_readme.py``), never computed from where this module sits."""
+Rendering only: the README, the docs and the data files are the repository's, so their paths are
+the repository tool's (``tools/update_readme.py``, which joins :data:`HOMES` to the repository
+root), never computed from where this module sits."""
 
 from __future__ import annotations
 
@@ -23,9 +25,88 @@ MATRIX_FILE_NAME = "matrix-test-ops.json"
 BENCH_FILE_NAME = "bench-quick.json"
 EVIDENCE_FILE_NAME = "review-evidence.json"  # funcbwd.studies.review.review.EVIDENCE_FILE
 
+#: Where each generated block lives, relative to the repository root: the README keeps the short
+#: ones a newcomer reads first, the docs pages the README links to keep the long ones.
+#: ``tools/update_readme.py`` writes every block in its home and the tests read it there.
+HOMES: dict[str, str] = {
+    "decision-summary": "README.md",
+    "findings": "README.md",
+    "decision": "docs/decision.md",
+    "strategies": "docs/strategies.md",
+    "coverage": "docs/opinfo-sweep.md",
+    "live": "docs/deletable-branches.md",
+    "bench": "docs/bench.md",
+    "bad-input": "docs/bad-input.md",
+}
+WIDTH = 100  # columns of the prose the blocks wrap (rendered markdown joins the lines again)
+#: a word that, starting a line, would make it a list item, heading, quote, rule or fence
+_RISKY_START = re.compile(r"^(?:[-+*]|>.*|#{1,6}|\d{1,9}[.)]|=+|-+|[`~]{3}.*)$")
+
+
+def wrap(text: str, first: str = "", rest: str = "", width: int = WIDTH) -> list[str]:
+    """``text`` wrapped at spaces to ``width`` columns as markdown lines that render exactly as
+    the one long line would: no word or code span is split, and no line starts with a word
+    markdown reads as a list item, heading, quote, rule or fence (``-``, ``2.``, ``#``, ``>=``...;
+    such a word stays on the line before). A line runs over ``width`` only for a word or code span
+    longer than that, or such a word."""
+    words: list[str] = []
+    for w in text.split(" "):  # a code span is one word (it reads better unbroken)
+        if words and words[-1].count("`") % 2:
+            words[-1] += " " + w
+        else:
+            words.append(w)
+    lines: list[str] = []
+    line, empty = first, True
+    for word in words:
+        if empty:
+            line, empty = line + word, False
+        elif len(line) + 1 + len(word) > width and not _RISKY_START.match(word):
+            lines.append(line)
+            line = rest + word
+        else:
+            line += " " + word
+    return lines + [line]
+
+
+def decision_summary_markdown(evidence) -> str:
+    """The README's ``decision-summary`` block, its first screen: the pick (with what it is, its
+    strategy's one-line summary), the runner-up and the decision's three sentences, wrapped; the
+    full table and the basis of every count are the ``decision`` block of ``docs/decision.md``."""
+    from funcbwd.studies.review import review
+
+    d = review.decision(evidence)
+    pick = f"**Decision: `{d.pick}`**: {get_strategy(d.pick).summary}."
+    if d.runner_up:
+        pick += f" Runner-up: `{d.runner_up}`."
+    lines = wrap(pick) + [""]
+    for i, s in enumerate(d.sentences, 1):
+        lines += wrap(s, f"{i}. ", " " * len(f"{i}. "))
+    lines += [""] + wrap("_All candidates on all criteria, and the basis of each count: "
+                         "[docs/decision.md](docs/decision.md)._")
+    return "\n".join(lines)
+
+
+def findings_markdown(findings) -> str:
+    """The README's ``findings`` block: one line per torch bug of ``findings`` (the registry
+    :data:`funcbwd.studies.findings.findings.FINDINGS`): its title, the batching rule at fault (the op
+    whose vmap kernel it is, and the file) and the command that prints its upstream report."""
+    lines = []
+    for f in findings:
+        lines += wrap(f"**{f.title}**: the batching rule of `{f.rule.op}` (`{f.rule.file}`); "
+                      f"`python -m funcbwd findings --only {f.key}`.", "- ", "  ")
+    seen = " or ".join(sorted({f.torch_seen for f in findings}))
+    lines += [""] + wrap(f"_{len(findings)} torch bugs (first seen on torch {seen}), listed from "
+                         "`funcbwd.studies.findings.findings.FINDINGS`. "
+                         "`python -m funcbwd findings` checks each now and prints it as an upstream bug "
+                         "report (a torch-only repro, observed vs expected, the rule at fault, an "
+                         "emulation of the rule with its fix); `tests/test_findings_report.py` fails the "
+                         "day torch fixes one. Explained: [docs/torch-2.13-notes.md]"
+                         "(docs/torch-2.13-notes.md#four-batching-rule-bugs)._")
+    return "\n".join(lines)
+
 
 def decision_markdown(evidence) -> str:
-    """The README's ``decision`` block: :func:`funcbwd.studies.review.review.decision` of the saved
+    """The ``decision`` block (``docs/decision.md``): :func:`funcbwd.studies.review.review.decision` of the saved
     evidence, rendered by :func:`funcbwd.studies.review.decision.markdown` (the same block as the
     notebooks and the report show)."""
     from funcbwd.studies.review import review
@@ -62,17 +143,20 @@ def strategies_markdown(results: Sequence[CellResult]) -> str:
     return "\n".join(lines)
 
 
-def replace_block(text: str, name: str, body: str) -> str:
+def replace_block(text: str, name: str, body: str, where: str = "README") -> str:
+    """``text`` with the body of its block ``name`` replaced by ``body`` (``where``: the file's
+    name, for the error when the block is missing)."""
     pattern = re.compile(rf"(<!-- {name}:begin -->\n).*?(<!-- {name}:end -->)", re.S)
     if not pattern.search(text):
-        raise ValueError(f"README has no '{name}' block")
+        raise ValueError(f"{where} has no '{name}' block")
     return pattern.sub(lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(2), text)
 
 
-def block(text: str, name: str) -> str:
+def block(text: str, name: str, where: str = "README") -> str:
+    """The body of block ``name`` in ``text`` (``where``: the file's name, for the error)."""
     m = re.search(rf"<!-- {name}:begin -->\n(.*?)<!-- {name}:end -->", text, re.S)
     if not m:
-        raise ValueError(f"README has no '{name}' block")
+        raise ValueError(f"{where} has no '{name}' block")
     return m.group(1).rstrip("\n")
 
 
