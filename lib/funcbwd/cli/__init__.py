@@ -26,7 +26,7 @@ import sys
 from typing import Any, Iterable, NoReturn, Sequence
 
 from funcbwd.cli import (bench, coverage, deletable, doctor, findings, graph, matrix, ops,
-                         profile, report, trace)
+                         profile, report, rfc, trace)
 from funcbwd.errors import FuncbwdError, suggest
 from funcbwd.tables import WIDTH, fit, terminal_width
 
@@ -67,6 +67,7 @@ COMMANDS: dict[str, Any] = {
     "report": report,
     "findings": findings,
     "deletable": deletable,
+    "rfc": rfc,
     "profile": profile,
     "doctor": doctor,
 }

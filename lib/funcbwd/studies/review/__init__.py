@@ -1,0 +1,1 @@
+"""The design review's answers to its reviewers' questions, computed from the saved data."""
