@@ -137,9 +137,7 @@ def runtime_functionalization(candidate: str, costs: Sequence[dict] | None,
     if not costs:
         return Estimate(candidate, figure, None, "x", "no cost entries in the saved sweep", (), "")
     s = coverage_cost.summarize_cost(costs)
-    py = bench_results.cost_summary(dict(bench)).get(candidate, {}) if bench else {}
-    cross = (f"; Python cross-check (both arms Python): {candidate} x handfixed "
-             f"{py['batched_vs_handfixed']:.2f}x (bench median)" if py else "")
+    cross = f"; Python cross-check: {_python_split(bench, candidate)}" if bench else ""
     return Estimate(
         candidate, figure, s["median"], "x",
         f"whole on torch's own C++ nodes / builtin, vmap over {coverage_cost.N_COTANGENTS} "
@@ -152,6 +150,17 @@ def runtime_functionalization(candidate: str, costs: Sequence[dict] | None,
         "at no extra cost (the entry and the per-op wrappers are then not the cost)",
         _q1([c["ratio"] for c in costs if not c.get("error") and not math.isnan(c.get("ratio", math.nan))]),
         s["p90"], "q1 to p90")
+
+
+def _python_split(bench: Mapping[str, Any], candidate: str) -> str:
+    """The candidate's bench medians, the Python floor apart: x builtin, x handfixed."""
+    c = bench_results.cost_summary(dict(bench))
+    mine, hf = c.get(candidate), c.get("handfixed")
+    if not mine or not hf:
+        return f"{candidate} not in the bench"
+    return (f"in Python {candidate} takes {mine['batched_vs_builtin']:.2f}x builtin's time: the "
+            f"Python floor (handfixed {hf['batched_vs_builtin']:.2f}x builtin) and the mechanism "
+            f"({mine['batched_vs_handfixed']:.2f}x handfixed; medians over ops, not a product)")
 
 
 def _traced(bench: Mapping[str, Any] | None, live: Mapping[str, Any] | None) -> Estimate:
@@ -181,7 +190,7 @@ def _traced(bench: Mapping[str, Any] | None, live: Mapping[str, Any] | None) -> 
         "traced", figure, c["batched_vs_handfixed"], "x",
         f"bench: traced / handfixed, median over ops, batch >= {MIN_BATCH} (the worst: over op x "
         f"size x batch); it adds a median {_extra_us(rows, 'handfixed'):.1f} µs per batched "
-        f"backward{sites}",
+        f"backward; {_python_split(bench, 'traced')}{sites}",
         ("both arms run the formula in Python, so the Python floor cancels",
          "the replayed graph runs the out-of-place formula's kernels" + copy_text + "; a C++ "
          "replay runs the same ATen ops without Python",
