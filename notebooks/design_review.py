@@ -244,3 +244,112 @@ assert deletable.counts(live_table, "traced")["controls_deletable"] == 0, "a dat
 
 # %%
 display.Rich(live.markdown(live_table), html_text=live.html_block(live_table))
+
+# %% [markdown]
+# ## "Doesn't torch.compile already do this?"
+#
+# The `compiled` reference row of the decision runs the legacy formulas under
+# `torch.compile(aot_eager)` of the whole transform call: it fixes none of the cells where the
+# legacy formula fails. Its study (`funcbwd.studies.compiled`, saved in `data/compiled.json`, about
+# 20 minutes to recompute) runs every cell under three backends and records what dynamo compiled.
+# The answer, computed from that file (`funcbwd.studies.review.compiled_answer`):
+
+# %%
+from funcbwd.studies.review import compiled_answer
+from funcbwd.tables import paragraph
+
+compiled = json.load(open(os.path.join(DATA, "compiled.json")))
+print("\n".join(paragraph(s) for s in compiled_answer.answer(compiled)))
+live_row = "compiled" in evidence.strategies  # a run without the slow strategies has no row
+row = (evidence if live_row else saved).strategies["compiled"]
+mine = status("compiled")
+differ = [f"{c['op']} / {c['scenario']}: this run {mine[(c['op'], c['scenario'])]['status']}, "
+          f"the study {c['status']}" for c in compiled["registered_row"]
+          if (c["op"], c["scenario"]) in mine and mine[(c["op"], c["scenario"])]["status"] != c["status"]]
+print("cells where this run's compiled row and the study's differ:", *differ or ["none"], sep="\n  ")
+assert row["fixes"] == sum(c["status"] == "pass" and c["mechanism_ran"] for c in compiled["registered_row"])
+
+# %% [markdown]
+# Each kind of failure, with its reason put together from what the study recorded: the stage that
+# raised, where dynamo broke the graph (and dynamo's own words), the error's first line. Every
+# failing cell belongs to exactly one kind:
+
+# %%
+kinds = compiled_answer.failure_kinds(compiled)
+for k in kinds:
+    cells_per_backend = ", ".join(f"{b} {n}" for b, n in k["cells"].items())
+    print(paragraph(f"[{k['code']}] {cells_per_backend}: {k['reason']}", hanging="    "))
+failing = [r for r in compiled["outcomes"] if r["status"] not in ("pass", "not_applicable")]
+assert sum(sum(k["cells"].values()) for k in kinds) == len(failing)
+
+# %% [markdown]
+# Why a compiled "pass" is not torch.compile running the formula: the control is a well-formed
+# `autograd.Function` for diag whose backward returns *twice* the gradient. Eager `vmap(vjp)` returns
+# twice torch's gradient (the custom backward ran); compiled, it returns torch's own gradient:
+# dynamo inlined the forward and dropped the backward (pytorch#193279).
+
+# %%
+drops = compiled_answer.drop_control(compiled)
+for d in drops:
+    print(f"{d['backward']:22s} {d['backend']:10s} eager: {d['eager']:20s} compiled: {d['compiled']}")
+assert all(not p["function_in_graph"] for p, d in zip(compiled["drop_probe"], drops) if d["dropped"])
+
+# %% [markdown]
+# Its cost is not in the bench (a slow strategy: every cell compiles), so the decision table shows
+# `–` for `compiled`'s timings and says where they are measured. On torch's own ops, where
+# torch.compile can compile, the study times compiled against eager (ratios of this run only):
+
+# %% tags=["nbval-ignore-output"]
+for c in compiled_answer.cost(compiled):
+    median = "-" if c["median_ratio"] is None else f"{c['median_ratio']:.2f}x"
+    print(f"{c['variant']:13s} {c['backend']:10s} median {median} eager's time, "
+          f"first call {c['median_compile_s']:.1f} s, transform in a graph {c['in_graph']}/{c['timed']}")
+
+# %%
+assert all(row[c.name] is None for c in review.CRITERIA if c.timing)
+notes = (decision if live_row else review.decision(saved)).notes
+assert any("`compiled`'s timings are not measured" in n and "data/compiled.json" in n for n in notes)
+
+# %% [markdown]
+# ## "What would it cost in C++?"
+#
+# Core would not run formulas in Python, so the question is what each mechanism costs by itself.
+# `funcbwd.studies.review.cpp_cost` keeps the Python floor (any formula in Python, `handfixed` /
+# `builtin`) apart from functionalization's own cost, measured on torch's own C++ nodes (the OpInfo
+# sweep's cost entries, `traced_backward`'s graphs) or in runs whose two arms are both Python.
+# Every figure has its basis, its assumptions and what would falsify it:
+
+# %%
+from funcbwd.studies.review import cpp_cost
+
+cpp_inputs = cpp_cost.load_inputs(DATA)
+estimates = cpp_cost.estimates(cpp_inputs, saved.to_dict())
+print(cpp_cost.text(estimates, cpp_inputs))
+
+# %% [markdown]
+# The figures are read from the same saved bench run as the decision's timing columns:
+
+# %%
+by = {}  # each candidate's first figure: its batched cost
+for e in estimates:
+    by.setdefault(e.candidate, e)
+assert by["traced"].value == saved.strategies["traced"]["cost_vs_handfixed"]
+assert by["python floor"].value == saved.strategies["handfixed"]["cost_vs_builtin"]
+
+# %% [markdown]
+# ## "What would the PR look like?"
+#
+# `python -m funcbwd rfc --out docs/rfc.md` writes the pick as an RFC: the files core would change
+# (the generated `Node::apply`'s entry point, where the functionalized graphs are generated and
+# cached), the functorch expected failures it retires (from the OpInfo sweep's
+# `data/coverage.json.gz`, "not yet measured" until it is saved), the hand-written branches it
+# deletes, and its cost on one basis next to the bench's targets. The committed
+# [docs/rfc.md](../docs/rfc.md) is a generation from the saved data; is it current?
+
+# %%
+from funcbwd.studies.review import rfc
+
+rfc_text = rfc.document(rfc.load(DATA))
+assert rfc_text == open(os.path.join("..", "docs", "rfc.md")).read(), \
+    "docs/rfc.md is stale: python -m funcbwd rfc --out docs/rfc.md"
+print(rfc_text[rfc_text.index("## What it costs"):rfc_text.index("### The Python floor")])

@@ -47,7 +47,7 @@ def test_using_the_tool_imports_nothing_heavy():
 def test_the_check_can_fail():
     # Mutation: a probe that also imports a view module is caught.
     assert "funcbwd.views" in offenders(loaded(PROBE.replace(
-        "print(json", "import funcbwd.figstyle\nprint(json")))
+        "print(json", "import funcbwd.views.readme\nprint(json")))
 
 
 def test_core_dependencies_are_torch_and_numpy_only():

@@ -142,7 +142,8 @@ def test_missing_saved_data_becomes_a_visible_note(tmp_path):
 
 def test_data_dir_is_explicit_and_read(tmp_path, monkeypatch):
     """--data DIR is where the saved results come from (default: $FUNCBWD_DATA, else ./data)."""
-    from funcbwd.cli import report as cli_report
+    from funcbwd import command as cli_report
+    from funcbwd.studies.coverage.data import FILE_NAME as COVERAGE_FILE
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(cli_report.DATA_ENV, raising=False)
@@ -153,10 +154,10 @@ def test_data_dir_is_explicit_and_read(tmp_path, monkeypatch):
     # not with "missing"); an empty directory: Missing, naming the file in that directory.
     data, empty = tmp_path / "d", tmp_path / "empty"
     data.mkdir(), empty.mkdir()
-    for name in (report.BENCH_FILE, report.COVERAGE_FILE):
+    for name in (report.BENCH_FILE, COVERAGE_FILE):
         (data / name).write_text("not a saved result")
     for section, name in ((report.bench_section, report.BENCH_FILE),
-                          (report.coverage_section, report.COVERAGE_FILE)):
+                          (report.coverage_section, COVERAGE_FILE)):
         ctx = report.Context(ops=["diag"], scenarios=["vmap_cotangents"], strategies=["plain"],
                              samples="first", figure=report.FigureEmbedder(), data_dir=data)
         with pytest.raises(Exception) as read:

@@ -228,3 +228,77 @@ def test_explorer_stored_view_is_static_html_not_the_widget_repr():
     assert "run this cell" in bundle["text/html"] and "diag / vmap: every strategy" in bundle["text/html"]
     assert "VBox(" not in bundle["text/plain"] and "VBox(" not in bundle["text/html"]
     assert "FAIL 0/2" in bundle["text/html"]  # plain's failing cell, drawn as a failure
+
+
+# ------------------------------------------------------------------------------ the compiled row
+def _with_compiled(**timings) -> review.Evidence:
+    e = _evidence()
+    e.strategies["compiled"] = {**e.strategies["x"], "fixes": 0, "leaks": None, "new_ops": None,
+                                "cost_vs_handfixed": None, "cost_vs_builtin": None,
+                                "vmap_off_us": None, "vmap_off_noise_us": None, **timings}
+    return e
+
+
+def test_compiled_is_a_reference_row_whose_untimed_columns_say_why():
+    from funcbwd.views import decision as dv
+
+    d = review.decision(_with_compiled())
+    assert [r["strategy"] for r in d.references] == ["builtin", "compiled"]
+    assert "compiled" not in d.ranking  # a reference, never ranked
+    note = [n for n in d.notes if n.startswith("`compiled`'s timings are not measured")]
+    assert note and "slow strategy" in note[0] and "data/compiled.json" in note[0]
+    row = dv.table_rows(d)[-1]
+    assert row[:2] == ["ref", "compiled"] and row[-3:] == [review_text.NOT_MEASURED] * 3
+    # mutations: timed, the note goes; with no bench at all, the sentence says so instead
+    timed = review.decision(_with_compiled(cost_vs_handfixed=1.0, cost_vs_builtin=1.1, vmap_off_us=0.1))
+    assert not [n for n in timed.notes if "timings are not measured" in n]
+    unmeasured = {f"{st}__{f}": None for st in ("w", "x", "y", "z", "builtin")
+                  for f in ("cost_vs_handfixed", "cost_vs_builtin", "vmap_off_us")}
+    e = _evidence(**unmeasured)
+    e.strategies["compiled"] = _with_compiled().strategies["compiled"]
+    assert not [n for n in review.decision(e).notes if "timings are not measured" in n]
+
+
+def test_decision_text_fits_100_columns_with_every_reference():
+    from funcbwd.views import decision as dv
+
+    d = review.decision(_with_compiled())
+    text = dv.text(d)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "compiled" in text and text.count("passes without slow fallback [cells]") >= 1
+    assert dv.text(d, width=70).count("\nrank ") > text.count("\nrank ")  # narrower: more blocks
+
+
+def test_bench_text_names_the_untimed_slow_strategy():
+    from funcbwd.measure import bench_text
+
+    results = {"config": {"strategies": ["plain", "builtin", "handfixed", "traced"]}}
+    line = bench_text.format_untimed(results)
+    assert line.startswith("not timed here: compiled (a slow strategy") and "data/compiled.json" in line
+    results["config"]["strategies"].append("compiled")  # mutation: timed after all
+    assert bench_text.format_untimed(results) == ""
+
+
+def test_the_compiled_answer_is_computed_from_the_study():
+    import json
+    from pathlib import Path
+
+    from funcbwd.studies.review import compiled_answer as ca
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "data" / "compiled.json").read_text())
+    n = len(data["outcomes"])
+    ran = sum(r["mechanism_ran"] for r in data["outcomes"])
+    assert ca.answer(data)[0].startswith(f"No, not on torch {data['meta']['torch']}: in {ran} of {n} cells")
+    kinds = ca.failure_kinds(data)
+    failing = [r for r in data["outcomes"] if r["status"] not in ("pass", "not_applicable")]
+    assert sum(sum(k["cells"].values()) for k in kinds) == len(failing)
+    assert all(k["reason"] and k["meaning"] for k in kinds)
+    mutated = copy.deepcopy(data)  # mutation: one cell where the compiled graph ran the formula
+    row = next(r for r in mutated["outcomes"] if r["status"] == "fail")
+    row.update(status="pass", mechanism_ran=True)
+    assert f"in {ran + 1} of {n} cells" in ca.answer(mutated)[0]
+    drops = ca.drop_control(data)
+    probe = copy.deepcopy(data)  # mutation: compiled returns twice the gradient (the backward ran)
+    probe["drop_probe"][0]["compiled"] = dict(probe["drop_probe"][0]["eager"])
+    assert drops[0]["dropped"] and not ca.drop_control(probe)[0]["dropped"]
+    assert max(len(line) for line in ca.text(data).splitlines()) <= 100

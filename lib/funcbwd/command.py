@@ -41,3 +41,15 @@ def progress_of(args: argparse.Namespace, what: str, total: int | None = None):
     from funcbwd.progress import Progress
 
     return Progress(what, total, enabled=not getattr(args, "quiet", False))
+
+
+#: environment variable naming the directory of saved results (``--data``'s default)
+DATA_ENV = "FUNCBWD_DATA"
+
+
+def default_data_dir() -> "Path":
+    """``$FUNCBWD_DATA`` if set, else ``./data`` of the current directory."""
+    import os
+    from pathlib import Path
+
+    return Path(os.environ.get(DATA_ENV) or Path.cwd() / "data")

@@ -35,6 +35,7 @@ from funcbwd.studies.graphs import cli as graph
 from funcbwd.studies.matrix import cli as matrix
 from funcbwd.studies.bench import profile_cli as profile
 from funcbwd.studies.trace import cli as trace
+from funcbwd.studies.review import cli as rfc
 from funcbwd.errors import FuncbwdError, suggest
 from funcbwd.tables import WIDTH, fit, terminal_width
 
@@ -75,6 +76,7 @@ COMMANDS: dict[str, Any] = {
     "report": report,
     "findings": findings,
     "deletable": deletable,
+    "rfc": rfc,
     "profile": profile,
     "doctor": doctor,
 }

@@ -14,15 +14,6 @@ from pathlib import Path
 from funcbwd import command as options
 
 HELP = "one self-contained HTML report (no Jupyter, no network)"
-#: environment variable naming the directory of saved results (``--data``'s default)
-DATA_ENV = "FUNCBWD_DATA"
-
-
-def default_data_dir() -> Path:
-    """``$FUNCBWD_DATA`` if set, else ``./data`` of the current directory."""
-    return Path(os.environ.get(DATA_ENV) or Path.cwd() / "data")
-
-
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="report.html", help="HTML file to write (default report.html)")
     p.add_argument("--ops", default=None,
@@ -31,8 +22,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategies", default=None, help="comma-separated strategies (default all)")
     p.add_argument("--quick", action="store_true", help="only the first sample of each op")
     p.add_argument("--data", default=None, metavar="DIR",
-                   help=f"directory of saved results (bench-quick.json, coverage-all.json.gz); "
-                        f"default ${DATA_ENV} if set, else ./data")
+                   help=f"directory of saved results (bench-quick.json, coverage.json.gz, ...); "
+                        f"default ${options.DATA_ENV} if set, else ./data")
     options.add_common(p)
 
 
@@ -40,7 +31,7 @@ def main(args: argparse.Namespace) -> int:
     from funcbwd.tables import fit
     from funcbwd.views.report import build_report
 
-    data_dir = Path(args.data) if args.data else default_data_dir()
+    data_dir = Path(args.data) if args.data else options.default_data_dir()
     with options.progress_of(args, "report") as progress:
         page, sections = build_report(args.ops, quick=args.quick, scenarios=args.scenarios,
                                       strategies=args.strategies, data_dir=data_dir,

@@ -93,12 +93,27 @@ def format_hooks_claim(results: dict[str, Any], width: int = WIDTH) -> str:
                                for g in claim["graphs"]])
 
 
+def format_untimed(results: dict[str, Any], width: int = WIDTH) -> str:
+    """The registered slow strategies this run did not time (the bench leaves them out,
+    :func:`funcbwd.measure.bench_config.strategy_labels`), each with where its cost is measured
+    instead (:data:`funcbwd.measure.review_text.COSTS_ELSEWHERE`); "" when there are none."""
+    from funcbwd.measure.review_text import COSTS_ELSEWHERE
+    from funcbwd.strategies import available, get_strategy
+
+    timed = set(results["config"].get("strategies", []))
+    slow = [s for s in available() if s not in timed and get_strategy(s).slow]
+    return "\n".join(paragraph(f"not timed here: {s} (a slow strategy: its cells take seconds each)"
+                               + (f"; {COSTS_ELSEWHERE[s]}" if s in COSTS_ELSEWHERE else ""),
+                               width, "", "    ") for s in slow)
+
+
 def format_summary(results: dict[str, Any], width: int = WIDTH) -> str:
-    """Headline (small, and large when measured), targets and the hooks claim."""
+    """Headline (small, and large when measured), targets, the hooks claim, and the slow
+    strategies not timed (:func:`format_untimed`)."""
     parts = [format_headline(bench_results.headline(results), width)]
     if "large" in results["config"]["sizes"]:
         parts.append(format_headline(bench_results.headline(results, size="large"), width))
     parts += [format_reference_check(results, width), format_targets(results, width),
-              format_hooks_claim(results, width),
+              format_hooks_claim(results, width), format_untimed(results, width),
               f"elapsed: {results.get('elapsed_s')} s (config {results['config'].get('name')})"]
-    return "\n".join(parts)
+    return "\n".join(p for p in parts if p)

@@ -24,8 +24,10 @@ def save(path: str | Path, records: list[dict[str, Any]], meta: dict[str, Any],
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"schema": SCHEMA, "meta": meta, "records": records, "upstream_xfails": upstream or []}
     text = json.dumps(doc, separators=(",", ":"), sort_keys=False)
-    with gzip.open(path, "wt", compresslevel=9) as f:
+    tmp = path.with_name(path.name + ".tmp")  # written whole, then renamed: never half a file,
+    with gzip.open(tmp, "wt", compresslevel=9) as f:  # never written through a link
         f.write(text)
+    tmp.replace(path)
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -1,2 +1,3 @@
-"""The design review: the decision (candidates ranked on computed criteria), what it would cost
-in C++, and the PR sketch."""
+"""The design review: the decision (candidates ranked on computed criteria) and the answers to its
+reviewers' next questions (torch.compile, the cost in C++, the PR sketch), computed from the saved
+data."""

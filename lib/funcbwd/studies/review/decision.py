@@ -49,8 +49,17 @@ def text(d: Decision, width: int = 100) -> str:
     cols = [[r[i] for r in rows] for i in range(len(rows[0]))]  # transposed: criteria as rows
     cols[0] = ["rank"] + cols[0][1:]
     widths = [max(len(v) for v in col) for col in zip(*cols)]
-    lines.append("")
-    lines += ["  ".join(v.ljust(w) for v, w in zip(col, widths)).rstrip() for col in cols]
+    # strategies as columns, in blocks that fit ``width`` (each block repeats the criteria labels)
+    blocks, block = [], [1]
+    for i in range(2, len(widths)):
+        if sum(widths[j] + 2 for j in [0, *block, i]) - 2 > width:
+            blocks.append(block)
+            block = []
+        block.append(i)
+    blocks.append(block)
+    for block in blocks:
+        lines.append("")
+        lines += ["  ".join(col[j].ljust(widths[j]) for j in [0, *block]).rstrip() for col in cols]
     lines.append("")
     lines += textwrap.wrap(footnote(d), width)
     return "\n".join(lines)

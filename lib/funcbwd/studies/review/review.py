@@ -351,8 +351,8 @@ def behind_on(pick: Mapping[str, Any], other: Mapping[str, Any],
 @dataclasses.dataclass
 class Decision:
     """The pick and why: ``rows`` (ranked candidates, each criterion's value and ``behind_on``,
-    the criterion on which it loses to the pick), ``references`` (plain/builtin/handfixed rows
-    for context, not ranked), three ``sentences``, the ``unsolved`` cells, the ``basis`` and
+    the criterion on which it loses to the pick), ``references`` (the registry's reference rows,
+    :data:`funcbwd.strategies.REFERENCES`, for context, not ranked), three ``sentences``, the ``unsolved`` cells, the ``basis`` and
     ``notes`` explaining surprising values."""
 
     pick: str
@@ -388,4 +388,5 @@ def decision(evidence: Evidence, criteria: Sequence[Criterion] = CRITERIA) -> De
     runner = ranked[1]["strategy"] if len(ranked) > 1 else None
     sentences = review_text.sentences(ranked, criteria, evidence)
     return Decision(pick, runner, ranked, refs, tuple(criteria), sentences, evidence.unsolved,
-                    basis_text(evidence.basis), dict(evidence.sources), review_text.notes(ranked + refs))
+                    basis_text(evidence.basis), dict(evidence.sources),
+                    review_text.notes(ranked + refs, [c.name for c in criteria if c.timing]))

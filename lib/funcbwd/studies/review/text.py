@@ -16,6 +16,11 @@ Criterion = Evidence = Any
 
 
 NOT_MEASURED = "–"
+#: where the cost of a strategy the bench does not time is measured instead (its own study)
+COSTS_ELSEWHERE = {
+    "compiled": "its own study times compiling the transform call on torch's own ops: "
+                "data/compiled.json (`python -m funcbwd.studies.compiled --render data/compiled.json`)",
+}
 
 
 def value_text(c: Criterion, value: Any, details: Mapping[str, Any] | None = None) -> str:
@@ -152,10 +157,36 @@ def sentences(ranked: Sequence[Mapping[str, Any]], criteria: Sequence[Criterion]
             cost_and_unsolved_sentence(pick, d, evidence.unsolved))
 
 
-def notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Explanations of values a reader would otherwise stop at, each written only when such a
-    value is in ``rows`` (candidates and references)."""
+def untimed_note(rows: Sequence[Mapping[str, Any]], timing: Sequence[str]) -> list[str]:
+    """Why a row's timing columns (``timing``: criterion names) are all not measured while other
+    rows have them (a bench result was read): the strategy is not in the bench, and why (a slow
+    strategy, :attr:`funcbwd.strategies.base.Strategy.slow`, is left out of the bench), and where
+    its cost is measured instead (:data:`COSTS_ELSEWHERE`). [] when no row or every row is timed."""
+    from funcbwd.strategies import get_strategy, names
+
+    untimed = [r["strategy"] for r in rows if all(r.get(n) is None for n in timing)]
+    if not timed_any(rows, timing) or not untimed:
+        return []
     out = []
+    for st in untimed:
+        slow = st in names() and get_strategy(st).slow
+        why = ("a slow strategy (its cells take seconds each), which the bench does not time"
+               if slow else "not in the bench result")
+        where = COSTS_ELSEWHERE.get(st)
+        out.append(f"`{st}`'s timings are not measured ({NOT_MEASURED}): {why}"
+                   + (f"; {where}." if where else "."))
+    return out
+
+
+def timed_any(rows: Sequence[Mapping[str, Any]], timing: Sequence[str]) -> bool:
+    return any(r.get(n) is not None for r in rows for n in timing)
+
+
+def notes(rows: Sequence[Mapping[str, Any]], timing: Sequence[str] = ()) -> list[str]:
+    """Explanations of values a reader would otherwise stop at, each written only when such a
+    value is in ``rows`` (candidates and references); ``timing``: the timing criteria's names
+    (for :func:`untimed_note`)."""
+    out = untimed_note(rows, timing)
     def spread(r: Mapping[str, Any]) -> float:
         return r.get("details", {}).get("vmap_off_noise_us") or 0.0
 

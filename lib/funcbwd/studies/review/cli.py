@@ -1,0 +1,55 @@
+"""``python -m funcbwd rfc [--out FILE] [--data DIR]``: the design review's pick as a generated
+RFC (Markdown): what would change in core, which functorch expected failures it retires, which
+hand-written branches it deletes, and what it costs (:mod:`funcbwd.studies.review.rfc`). Read
+from the saved data only (``--data``: default ``$FUNCBWD_DATA`` if set, else ``./data``); nothing
+is measured. ``--cpp-cost`` prints the C++ cost estimates alone (text, ``--width`` columns)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from funcbwd import command as options
+
+HELP = "the pick as a generated RFC: core changes, retired xfails, deleted branches, cost"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default=None, metavar="FILE",
+                   help="write the Markdown here (e.g. docs/rfc.md) instead of stdout")
+    p.add_argument("--data", default=None, metavar="DIR",
+                   help="directory of saved results (review-evidence.json, bench-quick.json, "
+                        "live-deletable.json, ...); default $FUNCBWD_DATA if set, else ./data")
+    p.add_argument("--cpp-cost", action="store_true",
+                   help="print only the C++ cost estimates, as text")
+    options.add_common(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    from funcbwd.errors import BadInputError
+
+    data_dir = Path(args.data) if args.data else options.default_data_dir()
+    if not data_dir.is_dir():
+        raise BadInputError(f"no data directory at {data_dir}; pass --data DIR (the checkout's data/)")
+    if not getattr(args, "quiet", False):
+        from funcbwd.tables import WIDTH, fit
+
+        print(fit(f"rfc: reading the saved data in {data_dir} ...", WIDTH), file=sys.stderr, flush=True)
+    if args.cpp_cost:
+        from funcbwd.studies.review import cpp_cost
+
+        inputs = cpp_cost.load_inputs(data_dir)
+        sys.stdout.write(cpp_cost.text(cpp_cost.estimates(inputs), inputs, options.width_of(args)))
+        return 0
+    from funcbwd.studies.review import rfc
+
+    text = rfc.document(rfc.load(data_dir))
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        print(f"wrote {out}")
+    else:
+        sys.stdout.write(text)
+    return 0
