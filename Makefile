@@ -61,7 +61,7 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 
 test: setup
 	bash tests/browser_setup.sh || echo "WARNING: could not install chromium; the browser tests will skip and say why"
-	$(PY) -m pytest -q tests notebooks $(NBVAL)
+	$(PY) -m pytest -q --durations=25 tests notebooks $(NBVAL)
 
 test-unit: setup
 	$(PY) -m pytest -q tests -m "not browser"

@@ -14,25 +14,24 @@
 # ---
 
 # %% [markdown]
-# # Coverage: functionalizing torch's *own* backward formulas, over the OpInfo database
+# # Coverage: torch's *own* backward formulas, in every composition functorch tests
 #
-# The matrix answers the question for the legacy formulas of functorch#241. This notebook asks
-# the converse: if vmap functionalized *every* backward (strategies `whole` and `hooks`, the ones
-# that act on torch's C++ backward nodes), what would happen to the ops that work today, and what
-# would it cost?
+# The matrix answers the design question for the legacy formulas of functorch#241. This notebook
+# asks the converse: if a functionalizing strategy ran *every* backward, what would happen to the
+# ops that work today, and which of today's failures would it fix?
 #
-# The sweep follows PyTorch's `test_vmapvjp` methodology (float32 CPU OpInfo samples, every tensor
-# arg and cotangent batched, each `(-1, None)` in_dims combination) with the matrix's own core:
-# distinct values per batch entry, compared with a per-sample loop of torch's unbatched vjp at the
-# workbench tolerance; a strategy that leaks transform state fails its record. `whole` and `hooks`
-# run inside `funcbwd.batching.scoped_rules()` (batching rules for `aten::copy` and
-# `aten::as_strided_scatter`, the two ops functionalization emits that torch 2.13 cannot batch
-# well), `builtin` never does.
+# The sweep runs every OpInfo with autograd through the compositions of functorch's
+# `test/functorch/test_ops.py` (`vmapvjp`, `vmapvjpvjp`, `vmapjvpvjp`, `vmapjvpall`, `vjpvmap`),
+# every in_dims choice (no cap), with distinct batch entries, under `builtin` (torch as is: the
+# baseline) and the three strategies that act on torch's C++ backward nodes: `whole`, `hooks` and
+# `traced_backward`. Every record is one cell of the same engine as the matrix
+# (`funcbwd.run.runner`): compared with a per-sample loop and with torch's own gradient, the
+# caller's tensors checked, the error measured, the tolerance by dtype.
 #
-# The sweep takes about 20 minutes on 2 workers, so it is read from a saved result (what was run
-# is in its `meta`: every sample of every OpInfo, at most 8 in_dims choices per sample):
-# `python -m funcbwd coverage --all-samples --workers 2 --cost --out data/coverage-all.json.gz`. Everything below
-# is computed from that file by `funcbwd.measure.coverage_summary` and `coverage_cost`.
+# It takes hours on 2 cores, so it runs in the background (`python -m funcbwd coverage --workers 2
+# --out data/coverage.json.gz`, resumable with `--resume`) and this notebook reads the saved file.
+# Every count below is computed from the records by `funcbwd.studies.coverage.summary` and
+# `verdicts`; the rendering is `funcbwd.studies.coverage.render`.
 
 # %%
 import os
@@ -41,153 +40,128 @@ import os
 # timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from funcbwd.measure import coverage_summary
-from funcbwd.studies.coverage import cost as coverage_cost
+from funcbwd.studies.coverage import charts, data, render, summary, verdicts
 from funcbwd.views import display
 
 display.setup_notebook()
-PATH = os.path.join("..", "data", "coverage-all.json.gz")
-if os.path.exists(PATH):
-    records = coverage_summary.load(PATH)
-    meta = coverage_summary.load_meta(PATH)
-    costs = coverage_summary.load_cost(PATH)
-else:
-    records, meta, costs = [], {}, []
-    print(f"no saved sweep at {PATH}; run: python -m funcbwd coverage --all-samples --workers 2 --cost --out data/coverage-all.json.gz")
-print({k: v for k, v in meta.items() if k != "wall_seconds"})
+PATH = os.path.join("..", "data", data.FILE_NAME)
+doc = data.load(PATH)
+records = doc["records"]
+print(render.meta_line(doc["meta"]))
+print(len(records), "records")
 
 # %% [markdown]
-# ## 1. Summary per strategy
+# ## 1. Per composition and strategy
 #
-# Records are op x sample x strategy. `not_applicable` records say why (e.g. no differentiable
-# input, a random op); `fallback` counts records where vmap needed its slow per-sample loop;
-# `passed_without_mechanism` counts passes where the strategy's own mechanism did not run (e.g.
-# no backward node under vmap).
+# A record is op x sample x dtype x composition x strategy. `budget` means the cell's time budget
+# ran out before every in_dims choice ran: never a pass. `n/a` records say why (no differentiable
+# input, a random op, no backward node in the composition...). `slow fb` counts passes where vmap
+# needed its slow per-sample loop. A *regression* is a cell where `builtin` passes and the strategy
+# fails or gives a different result; a *fix* the reverse, with the strategy's own mechanism run; an
+# *in-place fix* a fix of vmap's in-place error, the failure this project is about.
 
 # %%
-if records:
-    summary = coverage_summary.summarize(records)
-    print(coverage_summary.format_summary(summary, limit=12))
+s = summary.summarize(records)
+print(render.text(doc, s))
 
 # %% tags=["nbval-ignore-output"]
-if records:
-    coverage_summary.summary_figure(records).show()
+charts.summary_figure(s).show()
 
 # %% [markdown]
-# ## 2. Regressions (target: none with the scoped rules) and fixes
+# ## 2. Where vmap's in-place error remains today
 #
-# A *regression* is a record where `builtin` passes and a functionalizing strategy fails or
-# gives different numbers; a *fix* the reverse. Each regression carries the explanation the sweep
-# identified, and `detail` the first in_dims choice that failed. On the first sample of every op
-# there are none with the rules; over all samples, the ones printed below remain (at the time of
-# writing: circular `pad` under whole/hooks, wrong numbers whenever the cotangent is batched at dim
-# -1, i.e. a batch-last layout, and right at dim 0; traced_backward on `as_strided_scatter` and
-# `stft`). Without the rules (`--no-rules`), `as_strided` (both variants), `as_strided_copy` and
-# circular `pad` regress under both strategies: functionalization emits `as_strided_scatter`,
-# which has no batching rule. (`as_strided.partial_views` then fails under builtin too at in_dims
-# `(-1, -1)`: vmap's `as_strided` reads a batch-last input differently from the per-sample loop.)
+# The cells where `builtin` fails with "vmap: inplace ... is not possible", by composition: these
+# are the failures functionalizing the backward is meant to fix. Below, for each strategy, how many
+# of them it fixes (passes with its mechanism run), does not fix, or leaves unresolved (budget).
 
 # %%
-if records:
-    print("rules:", meta.get("rules"), "|", meta.get("rules_scope"))
-    print("regressions:", len(summary["regressions"]), "| fixes:", len(summary["fixes"]))
-    details = {(r["op"], coverage_summary.row_key(r)[1], r["strategy"]): r["detail"] for r in records}
-    for r in summary["regressions"]:
-        print(f"  REGRESSION {r['strategy']:6s} {r['op']}[{r['sample']}] {r['status']} {r['reason']} "
-              f"({details[(r['op'], r['sample'], r['strategy'])]}): {r['explanation'][:100]}")
-    for r in summary["fixes"]:
-        print(f"  fix {r['strategy']:6s} {r['op']}[{r['sample']}] (builtin: {r['builtin_reason']})")
+from collections import Counter
+
+inplace = s["inplace_failures"]
+print(len(inplace), "cells where builtin fails with vmap's in-place error:",
+      dict(Counter(f["cell"][3] for f in inplace)))
+for st in ("whole", "hooks", "traced_backward"):
+    print(f"  {st:16s}", summary.inplace_fixed_by(records, st))
+for f in inplace[:12]:
+    op, smp, dtype, comp = f["cell"]
+    print(f"  {op}[{smp}] {dtype} {comp}: {f['message'][:70]}")
 
 # %% [markdown]
-# The rules are what removes those regressions. Computed here, live, on those ops' first sample and
-# first in_dims choice, with and without the rules (a few seconds):
-
-# %%
-from funcbwd.measure import coverage_sweep
-
-for rules in (False, True):
-    recs, _ = coverage_sweep.run_sweep("as_strided,as_strided_copy,nn.functional.pad.circular",
-                                       strategies=("builtin", "whole", "hooks"), rules=rules, max_in_dims=1)
-    regs = coverage_summary.summarize(recs)["regressions"]
-    print(f"rules={rules}: {len(regs)} regressions", *[f"{r['strategy']} {r['op']}: {r['reason']}" for r in regs], sep="\n  ")
-
-# %% [markdown]
-# ## 3. Slow fallbacks: which ATen ops make vmap loop, and what functionalizing changes
-
-# %%
-if records:
-    for st in summary["strategies"]:
-        top = list(summary["fallback_ops"].get(st, {}).items())[:10]
-        print(f"{st:8s} slow-fallback ops (records): {', '.join(f'{k}={v}' for k, v in top) or '(none)'}")
-    for st in summary["fallback_removed"]:
-        print(f"{st:8s} fallback removed for: {', '.join(summary['fallback_removed'][st]) or '(none)'}")
-        print(f"{st:8s} fallback introduced for: {', '.join(summary['fallback_introduced'][st]) or '(none)'}")
-
-# %% [markdown]
-# ## 4. The cost of functionalizing every backward, per op
+# ## 3. Regressions, with their reasons
 #
-# For every op whose first sample passes under both `builtin` and `whole` (with the rules): the
-# batched backward (`vmap` of the `vjp_fn` over 64 cotangents, primals fixed, forward not timed),
-# `whole` / `builtin`, timed interleaved in one process on the thread CPU clock with one torch
-# thread (the ratio of the two arms' medians). The arms' results are compared before timing.
-# Timings depend on the machine and its load; the distribution matters, not any one op.
+# Every regression, grouped by strategy, composition and op (the first message of each group).
 
 # %%
-if costs:
-    print(coverage_cost.format_cost(coverage_cost.summarize_cost(costs)))
-else:
-    print("the saved sweep has no cost entries (run it with --cost)")
+groups: dict = {}
+for r in s["regressions"]:
+    groups.setdefault((r["strategy"], r["cell"][3], r["cell"][0]), []).append(r)
+for (st, comp, op), rs in sorted(groups.items()):
+    print(f"{st:16s} {comp:11s} {op:28s} {len(rs):3d} cells, {rs[0]['status']} "
+          f"{rs[0]['reason']}: {rs[0]['message'][:40]}")
+
+# %% [markdown]
+# ## 4. Upstream's expected failures, each with a computed verdict
+#
+# functorch's `test_ops.py` keeps its expected failures as data (`xfail`, `skip`, with a reason).
+# Our copy of them (`funcbwd.studies.coverage.upstream`, with its source commit) gets a verdict per
+# entry from the records of the same op and composition: `reproduced`, `stale` (passes on torch
+# 2.13), `fixed` (an in-place failure a functionalizing strategy fixes, with no regression on the
+# op), `torch_bug`, `harness` (not comparable here, and why) or `unresolved`.
+
+# %%
+vs = doc["upstream_xfails"]
+print(len(vs), "upstream entries:", dict(Counter(v["verdict"] for v in vs)))
+for v in vs:
+    if v["verdict"] in ("fixed", "stale"):
+        print(f"  {v['verdict']:6s} {v['test']:28s} {v['op'] + ('.' + v['variant'] if v['variant'] else ''):28s}"
+              f" {v['evidence'][:50]}")
+
+# %%
+display.Rich(f"{len(vs)} upstream entries with their verdicts", render.verdicts_html(vs))
+
+# %% [markdown]
+# ## 5. The verdicts are computed, not copied: check one
+#
+# A verdict is recomputed from the records by `verdicts.upstream_verdicts`; here, for the saved
+# document, the recomputation agrees with what the file says, entry by entry.
+
+# %%
+again = verdicts.upstream_verdicts(records)
+same = sum(a["verdict"] == b["verdict"] for a, b in zip(again, vs))
+print(f"{same} of {len(vs)} saved verdicts equal their recomputation")
+assert same == len(vs)
+
+# %% [markdown]
+# ## 6. The cost of functionalizing every backward, per op
+#
+# For every op whose first `vmapvjp` sample passes under both `builtin` and `whole`: the batched
+# backward (`vmap` of the `vjp_fn` over 64 cotangents, primals fixed, forward not timed), `whole` /
+# `builtin`, timed interleaved in one process on the thread CPU clock with one torch thread (the
+# ratio of the two arms' medians; the arms' results compared before timing). Saved in
+# `data/coverage-cost.json`; timings depend on the machine and its load, so the distribution
+# matters, not any one op.
+
+# %%
+import json
+
+from funcbwd.studies.coverage import cost as coverage_cost
+
+costs = json.loads(open(os.path.join("..", "data", coverage_cost.COST_FILE)).read())["cost"]
+print(coverage_cost.format_cost(coverage_cost.summarize_cost(costs)))
 
 # %% tags=["nbval-ignore-output"]
-if costs:
-    coverage_cost.cost_figure(costs).show()
+coverage_cost.cost_figure(costs).show()
 
 # %% [markdown]
-# ## 5. `traced_backward`: torch's own backward traced once, functionalized, copies elided
+# ## 7. `traced_backward` against vmap's slow fallback
 #
-# Under vmap, `traced_backward` traces the unbatched `vjp_fn` (all of torch's C++ nodes) with
-# `make_fx(functionalize(vjp_fn), tracing_mode="real")`, elides its `aten.copy` nodes
-# (`funcbwd.fx.elide`) and runs the graph on the batched cotangents. The saved tensors become graph
-# constants, so a graph belongs to the primal values it was traced from, and the strategy only
-# applies when the cotangents alone are batched: its records are scenario `vmap_cotangents`, next
-# to builtin's records of the same scenario (its baseline). Trace time per record is in `detail`.
+# Where `builtin` passes only through vmap's slow per-sample fallback, does tracing torch's own
+# backward into a functionalized graph (`traced_backward`) remove the loop, and how much faster is
+# the batched backward? Saved in `data/fallback-speedup.json`
+# (`python -m funcbwd.studies.coverage.fallback_speedup --coverage data/coverage.json.gz`).
 
 # %%
-if records:
-    tb = [r for r in records if r["strategy"] == "traced_backward"]
-    if tb:
-        base = {(r["op"], r["sample"]): r for r in records
-                if r["strategy"] == "builtin" and r["scenario"] == "vmap_cotangents"}
-        both = [(r, base.get((r["op"], r["sample"]))) for r in tb if r["status"] != "not_applicable"]
-        print("tracing:", summary.get("tracing"))
-        print("traced_backward fails where builtin (cotangents only) passes:")
-        for r, b in both:
-            if b and b["status"] == "pass" and r["status"] != "pass":
-                print(f"  {r['op']}[{r['sample']}] {r['status']} {r['reason']}: {r['message'][:120]}")
-        gone = [f"{r['op']} ({', '.join(sorted(set(b['fallback_ops']) - set(r['fallback_ops'])))})"
-                for r, b in both if b and r["status"] == "pass" and set(b["fallback_ops"]) - set(r["fallback_ops"])]
-        print(f"slow fallback removed by tracing ({len(gone)}):", ", ".join(gone) or "(none)")
-    else:
-        print("the saved sweep did not run traced_backward")
+from funcbwd.studies.coverage import fallback_speedup
 
-# %% [markdown]
-# ## 6. The records that change a status against `builtin` (sortable: click a header)
-#
-# Of the op x sample rows where some strategy does not simply pass (failure, wrong result or slow
-# fallback), the table shows those where a functionalizing strategy *changes a status* against
-# `builtin` (a regression or a fix); rows that only lose the slow fallback are counted, and listed
-# with every other differing row in `python -m funcbwd report`.
-
-# %%
-interesting = coverage_summary.differing(records) if records else []
-changes = {key: coverage_summary.change(per) for key, per in coverage_summary.by_key(interesting).items()}
-batched_only = [key for key, c in changes.items() if c and all(t.startswith("batched:") for t in c.split())]
-changed = [r for key, per in coverage_summary.by_key(interesting).items()
-           if changes[key] and key not in batched_only for r in per.values()]
-if records:
-    print(len(changes), "of", len(coverage_summary.by_key(records)), "op x sample rows do not simply pass;",
-          len(batched_only), "only lose vmap's slow fallback under a functionalizing strategy (listed in the report);",
-          len(coverage_summary.by_key(changed)), "change a status against builtin (below)")
-
-# %%
-display.Rich(f"{len(changed)} records (sortable HTML table)", coverage_summary.table_html(changed)) if records else None
+speed = json.loads(open(os.path.join("..", "data", fallback_speedup.FILE_NAME)).read())
+print(fallback_speedup.format_result(speed))

@@ -133,6 +133,33 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def unresolved(source: str, mods: dict[str, Path]) -> list[str]:
+    """``funcbwd.*`` imports in ``source`` that name no module or package of the library (a
+    stale path after a move: such an import fails only when its function runs)."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("funcbwd"):
+            if node.module not in mods:
+                bad.append(node.module)
+        elif isinstance(node, ast.Import):
+            bad += [a.name for a in node.names if a.name.startswith("funcbwd") and a.name not in mods]
+    return bad
+
+
+def test_every_library_import_resolves():
+    mods = _modules()
+    bad = {m: u for m, p in mods.items() if (u := unresolved(p.read_text(), mods))}
+    assert bad == {}, f"imports of modules that do not exist: {bad}"
+
+
+def test_an_import_of_a_moved_module_is_caught():
+    # Mutation: a function-level import of a module that moved away.
+    mods = _modules()
+    src = "def f():\n    from funcbwd.measure.review_text import COSTS_ELSEWHERE\n"
+    assert unresolved(src, mods) == ["funcbwd.measure.review_text"]
+    assert unresolved("from funcbwd.studies.bench import text\n", mods) == []
+
+
 def test_every_module_belongs_to_a_layer():
     unplaced = [m for m in _graph() if m not in FACADE and unit_of(m) is None]
     assert unplaced == [], f"modules outside the layered units: {unplaced}"

@@ -117,7 +117,7 @@ TEXT_COMMANDS = [
     ["graph", "masked_select", "--copies"],
     ["profile", "diag", "--batch", "4"],
     ["findings", "--format", "text", "--no-cases", "--only", "masked_select_broadcast"],
-    ["coverage", "--ops", "atan2", "--max-in-dims", "1"],
+    ["coverage", "--ops", "atan2", "--quick", "--budget", "1"],
     ["deletable", "--ops", "live_take_backward_1", "--samples", "first", "--no-timing",
      "--strategies", "traced"],
 ]

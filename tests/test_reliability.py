@@ -72,7 +72,7 @@ def test_user_code_raising_inside_vmapped_function_leaves_no_state(strategy):
     x = torch.randn(3, 5)
 
     def user_fn(ct):
-        _, fn = st.vjp(lambda t: legacy.diag(t, 1), x)
+        _, fn = st.vjp(lambda t: st.function("diag")(t, 1), x)
         if strategy != "plain":  # plain raises vmap's in-place error here, which is fine too
             fn(ct)
         raise ValueError("user code failed after the backward")
@@ -109,7 +109,7 @@ def test_two_threads_with_different_strategies(pair):
             st = get_strategy(name)
             before = internals.dispatch_state()
             for _ in range(15):
-                _, fn = st.vjp(lambda t: legacy.diag(t, 1), x)
+                _, fn = st.vjp(lambda t: st.function("diag")(t, 1), x)
                 if name == "plain":  # plain cannot batch: loop, as users do
                     g = torch.stack([fn(c)[0] for c in cts])
                 else:

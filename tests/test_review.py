@@ -240,7 +240,7 @@ def _with_compiled(**timings) -> review.Evidence:
 
 
 def test_compiled_is_a_reference_row_whose_untimed_columns_say_why():
-    from funcbwd.views import decision as dv
+    from funcbwd.studies.review import decision as dv
 
     d = review.decision(_with_compiled())
     assert [r["strategy"] for r in d.references] == ["builtin", "compiled"]
@@ -260,7 +260,7 @@ def test_compiled_is_a_reference_row_whose_untimed_columns_say_why():
 
 
 def test_decision_text_fits_100_columns_with_every_reference():
-    from funcbwd.views import decision as dv
+    from funcbwd.studies.review import decision as dv
 
     d = review.decision(_with_compiled())
     text = dv.text(d)
@@ -270,7 +270,7 @@ def test_decision_text_fits_100_columns_with_every_reference():
 
 
 def test_bench_text_names_the_untimed_slow_strategy():
-    from funcbwd.measure import bench_text
+    from funcbwd.studies.bench import text as bench_text
 
     results = {"config": {"strategies": ["plain", "builtin", "handfixed", "traced"]}}
     line = bench_text.format_untimed(results)

@@ -46,10 +46,15 @@ class Strategy:
     slow: ClassVar[bool] = False
 
     # --- what the scenarios differentiate -------------------------------------------------
-    def function(self, op: "OpSpec") -> Callable[..., Any]:
-        """The callable for ``op`` under this strategy: the legacy op, or torch's own op when
-        ``op`` has no legacy formula (an OpInfo op: only strategies that act on torch's own
-        backward nodes apply to it, see :meth:`not_applicable`)."""
+    def function(self, op: "OpSpec | str") -> Callable[..., Any]:
+        """The callable for ``op`` (an OpSpec or a registered name) under this strategy: the
+        legacy op, or torch's own op when ``op`` has no legacy formula (an OpInfo op: only
+        strategies that act on torch's own backward nodes apply to it, see
+        :meth:`not_applicable`)."""
+        if isinstance(op, str):
+            from funcbwd.ops import registry
+
+            op = registry.get_op(op)
         if op.formula is None:
             return op.torch_op
         from funcbwd.ops import legacy_ops

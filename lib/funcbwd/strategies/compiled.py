@@ -271,7 +271,7 @@ def for_backend(backend: str) -> Compiled:
     if backend not in BACKENDS:
         raise BadInputError(f"unknown torch.compile backend {backend!r}; compare one of "
                             f"{', '.join(BACKENDS)}")
-    if backend == Compiled.backend:
+    if backend == Compiled.backend:  # the registered strategy (another instance of it)
         return Compiled()
     summary = Compiled.summary.replace(f"({Compiled.backend})", f"({backend})")
     cls = type(f"Compiled_{backend}", (Compiled,),

@@ -143,3 +143,10 @@ def variant(label: str) -> Variant:
     if label == COPY_RULE:
         return Variant(label, "per_formula", batched_copy_rule, loop_label="per_formula")
     return Variant(label, label)
+
+
+#: the strategies the bench does not time, each with where its cost is measured instead
+COSTS_ELSEWHERE = {
+    "compiled": "its own study times compiling the transform call on torch's own ops: "
+                "data/compiled.json (`python -m funcbwd.studies.compiled --render data/compiled.json`)",
+}

@@ -52,7 +52,7 @@ from funcbwd.ops import registry  # noqa: E402
 from funcbwd.run.outcomes import fallback_ops  # noqa: E402
 from funcbwd.strategies import get_strategy  # noqa: E402
 
-PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+PACKAGE_DIR = str(Path(__file__).resolve().parents[2])  # lib/funcbwd
 PARTS = ("funcbwd Python", "vmap dispatch", "vmap fallback", "aten kernels",
          "other (torch Python, autograd engine)")
 

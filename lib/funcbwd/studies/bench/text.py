@@ -95,9 +95,9 @@ def format_hooks_claim(results: dict[str, Any], width: int = WIDTH) -> str:
 
 def format_untimed(results: dict[str, Any], width: int = WIDTH) -> str:
     """The registered slow strategies this run did not time (the bench leaves them out,
-    :func:`funcbwd.measure.bench_config.strategy_labels`), each with where its cost is measured
-    instead (:data:`funcbwd.measure.review_text.COSTS_ELSEWHERE`); "" when there are none."""
-    from funcbwd.measure.review_text import COSTS_ELSEWHERE
+    :func:`funcbwd.studies.bench.config.strategy_labels`), each with where its cost is measured
+    instead (:data:`funcbwd.studies.bench.config.COSTS_ELSEWHERE`); "" when there are none."""
+    from funcbwd.studies.bench.config import COSTS_ELSEWHERE
     from funcbwd.strategies import available, get_strategy
 
     timed = set(results["config"].get("strategies", []))

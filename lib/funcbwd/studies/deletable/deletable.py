@@ -90,7 +90,7 @@ def against_out_of_place(name: str) -> Strategy:
     path (``handfixed``) instead of the fast path as written; same name, same mechanism."""
     cls = type(get_strategy(name))
     variant = type(f"{cls.__name__}AgainstOutOfPlace", (cls,),
-                   {"reference": lambda self: get_strategy(BASELINE),
+                   {"reference": lambda self: BASELINE,
                     "__doc__": f"{name}, checked against the out-of-place path's per-sample loop."})
     return variant()
 

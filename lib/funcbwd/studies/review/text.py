@@ -17,10 +17,7 @@ Criterion = Evidence = Any
 
 NOT_MEASURED = "–"
 #: where the cost of a strategy the bench does not time is measured instead (its own study)
-COSTS_ELSEWHERE = {
-    "compiled": "its own study times compiling the transform call on torch's own ops: "
-                "data/compiled.json (`python -m funcbwd.studies.compiled --render data/compiled.json`)",
-}
+from funcbwd.studies.bench.config import COSTS_ELSEWHERE  # noqa: E402  (re-exported)
 
 
 def value_text(c: Criterion, value: Any, details: Mapping[str, Any] | None = None) -> str:
