@@ -11,10 +11,11 @@ non-differentiated tensor ``inputs`` and the cotangents, and nothing the forward
 into it. The graph is out-of-place aten ops (every node of torch's C++ backward formulas, the
 forward recomputed); its ``aten.copy`` nodes are elided (:func:`funcbwd.fx.elide.elide_copies`),
 its ``select_scatter`` rewritten as ``slice_scatter`` (:mod:`funcbwd.fx.select_scatter`: the
-batched form's gradient is wrong), dead nodes dropped, and it runs on the call's (batched or
-grad-tracking) tensors: vmap batches the primals, the inputs and the cotangents alike, and an
-outer ``vjp``/``grad`` differentiates the graph (vjp of vjp). Outside vmap the eager ``vjp_fn``
-runs as written.
+batched form's gradient is wrong), its ``view`` nodes run as ``reshape`` (:func:`reshape_views`:
+the trace chose them on unbatched strides), dead nodes dropped, and it runs on the call's
+(batched or grad-tracking) tensors: vmap batches the primals, the inputs and the cotangents
+alike, and an outer ``vjp``/``grad`` differentiates the graph (vjp of vjp). Outside vmap the
+eager ``vjp_fn`` runs as written.
 
 Cache: per ``fn`` (by identity: what ``fn`` captures, tensors included, is part of its graph)
 and signature (shapes, strides, dtypes and devices of the tensors, values of the non-tensor
@@ -210,6 +211,25 @@ def check_graph(run: Callable[[Sequence[Any]], Any], joint: Callable[..., tuple]
     return False, f"check inconclusive: {why}"
 
 
+def reshape_views(gm: torch.fx.GraphModule) -> int:
+    """Every ``aten.view.default`` of ``gm`` as ``aten.reshape.default``, in place; returns how
+    many. make_fx records a ``reshape`` (a C++ formula's, a decomposition's) as the ``view`` it
+    took on the trace's unbatched fake tensors, a choice made on their strides. Under vmap an
+    intermediate's per-sample strides follow the batched physical tensor (an elementwise op
+    keeps a cotangent's batch dim in the middle), so the recorded view can fail where eager's
+    reshape copies ("view size is not compatible", stft's backward with in_dims -1). The graph is
+    functional (mutating graphs are refused), so a copy instead of a view changes no value, and
+    where the view is possible reshape returns that same view."""
+    count = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.view.default:
+            node.target = torch.ops.aten.reshape.default
+            count += 1
+    if count:
+        gm.recompile()
+    return count
+
+
 # ------------------------------------------------------------------------------ one signature
 @dataclasses.dataclass(frozen=True)
 class JointGraph:
@@ -260,14 +280,18 @@ def _build(joint: Callable[..., tuple], flat: Sequence[Any], logical: Sequence[A
     specs = [logical[p] for p in tpos]
     tried = []
     for gm, is_elided in ((elided, True), (traced, False))[: 2 if report.count else 1]:
+        # bindings checked before the view rewrite: aten.reshape has one overload, so its binding
+        # binds it, but re-tracing the binding records the view it decomposes to
         bindings = bindings_equivalent(gm, specs)
+        reshaped = reshape_views(gm)
         run = codegen.compile_graph(gm, tpos, "traced_backward", bindings)
         ok, detail = check_graph(run, joint, flat) if check else (True, "not checked")
         tried.append(detail)
         if ok:
             nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
             text = (f"{nodes} ops, {report.count if is_elided else 0} copies elided"
-                    + (f", {rewrites} select_scatter rewritten" if rewrites else "") + f"; {detail}")
+                    + (f", {rewrites} select_scatter rewritten" if rewrites else "")
+                    + (f", {reshaped} views as reshape" if reshaped else "") + f"; {detail}")
             return JointGraph(gm, run, GRAPH if is_elided else UNELIDED, text)
     return Refused("graph check failed: " + "; un-elided: ".join(tried))
 
