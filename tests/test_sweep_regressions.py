@@ -6,6 +6,11 @@ functionalizing strategy fails or mismatches), each reduced to the smallest case
   strides follow the batched physical tensor, the view is impossible and the graph raised "view
   size is not compatible" where eager copies (stft, float32 sample 8 and complex64 sample 0,
   vmapvjp, in_dims -1). Fixed by :func:`funcbwd.strategies.traced_backward.reshape_views`.
+* ``traced_backward``'s graph bypasses the autograd engine, which sums every node's grad to its
+  input's shape. torch 2.13's vmap rule for ``_cdist_backward`` returns an empty cdist's grad
+  with a leading 1 (``(1, 3, 5)`` for ``x1`` of ``(3, 5)``; unbatched: ``(3, 5)``): eager's engine
+  hides it, the graph returned it (cdist, 32 float32 vmapvjp samples with an empty input).
+  Worked around by :func:`funcbwd.strategies.traced_backward.reduced_to`.
 """
 
 from __future__ import annotations
@@ -69,3 +74,26 @@ def test_traced_backward_stft_batched_at_the_last_dim():
     ct = torch.randn(10, 51, B, dtype=torch.complex64, generator=_gen(4))
     got, want = _graph_ran(TracedBackward(), fn, (x,), ct, (-1, -1))
     torch.testing.assert_close(got, want)
+
+
+def test_traced_backward_cdist_with_an_empty_input_keeps_the_primal_shapes():
+    # the sweep's cell: cdist float32 sample 9 (x1 empty, x2 broadcast over its batch dims)
+    fn = lambda a, b: torch.cdist(a, b)  # noqa: E731
+    x1 = torch.randn(B, 0, 4, 5, generator=_gen(5))
+    x2 = torch.randn(B, 3, 5, generator=_gen(6))
+    ct = torch.randn(B, 0, 4, 3, generator=_gen(7))
+    got, want = _graph_ran(TracedBackward(), fn, (x1, x2), ct, (0, 0, 0))
+    assert [g.shape for g in got] == [(B, 0, 4, 5), (B, 3, 5)]
+    torch.testing.assert_close(got, want)
+
+
+def test_the_cdist_batch_rule_still_differs_from_its_unbatched_op():
+    """The torch 2.13 behaviour :func:`reduced_to` works around; when this fails torch fixed its
+    ``_cdist_backward`` vmap rule and the workaround may go."""
+    x1, x2 = torch.randn(B, 3, 5), torch.randn(B, 0, 4, 5)
+    cd = torch.ops.aten._cdist_forward(x1[0], x2[0], 2.0, None)
+    unbatched = torch.ops.aten._cdist_backward(torch.zeros_like(cd), x1[0], x2[0], 2.0, cd)
+    batched = vmap(torch.ops.aten._cdist_backward, in_dims=(None, 0, 0, None, None))(
+        torch.zeros_like(cd), x1, x2, 2.0, cd)
+    assert unbatched.shape == (3, 5)
+    assert batched.shape[1:] == (1, 3, 5)

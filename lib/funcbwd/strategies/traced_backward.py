@@ -13,9 +13,10 @@ forward recomputed); its ``aten.copy`` nodes are elided (:func:`funcbwd.fx.elide
 its ``select_scatter`` rewritten as ``slice_scatter`` (:mod:`funcbwd.fx.select_scatter`: the
 batched form's gradient is wrong), its ``view`` nodes run as ``reshape`` (:func:`reshape_views`:
 the trace chose them on unbatched strides), dead nodes dropped, and it runs on the call's
-(batched or grad-tracking) tensors: vmap batches the primals, the inputs and the cotangents
-alike, and an outer ``vjp``/``grad`` differentiates the graph (vjp of vjp). Outside vmap the
-eager ``vjp_fn`` runs as written.
+(batched or grad-tracking) tensors, its grads summed to the primals' shapes where a batch rule's
+differ (:func:`reduced_to`: the autograd engine's own step, which the graph bypasses): vmap
+batches the primals, the inputs and the cotangents alike, and an outer ``vjp``/``grad``
+differentiates the graph (vjp of vjp). Outside vmap the eager ``vjp_fn`` runs as written.
 
 Cache: per ``fn`` (by identity: what ``fn`` captures, tensors included, is part of its graph)
 and signature (shapes, strides, dtypes and devices of the tensors, values of the non-tensor
@@ -296,6 +297,22 @@ def _build(joint: Callable[..., tuple], flat: Sequence[Any], logical: Sequence[A
     return Refused("graph check failed: " + "; un-elided: ".join(tried))
 
 
+def reduced_to(grad: Any, primal: Any) -> Any:
+    """``grad`` summed to ``primal``'s shape where that shape broadcasts to it, else as it is:
+    what the autograd engine does to every node's grads (``validate_outputs``), which the graph
+    bypasses. The trace's shapes already match; under vmap a batch rule may return a grad of
+    another rank than its unbatched op (torch 2.13's ``_cdist_backward`` rule pads an empty
+    cdist's grad to ``x1``'s shape with a leading 1), which eager's engine reduces silently."""
+    if not (isinstance(grad, torch.Tensor) and isinstance(primal, torch.Tensor)) \
+            or grad.shape == primal.shape:
+        return grad
+    try:
+        expandable = torch.broadcast_shapes(primal.shape, grad.shape) == grad.shape
+    except RuntimeError:
+        return grad
+    return grad.sum_to_size(primal.shape) if expandable else grad
+
+
 # ------------------------------------------------------------------------------ the strategy
 class TracedBackward(Strategy):
     name = "traced_backward"
@@ -379,7 +396,8 @@ class TracedBackward(Strategy):
                 provenance.record(self.name, FALLBACK, False, hit.reason)
                 return torch.func.functionalize(vjp_fn)(cotangents)
             provenance.record(self.name, hit.mechanism, True, hit.detail)
-            return pytree.tree_unflatten(list(hit.run(flat)), p_spec)
+            grads = [reduced_to(g, p) for g, p in zip(hit.run(flat), p_leaves)]
+            return pytree.tree_unflatten(grads, p_spec)
 
         return out, self.scoped_backward(traced_vjp_fn)
 
