@@ -11,10 +11,12 @@ non-differentiated tensor ``inputs`` and the cotangents, and nothing the forward
 into it. The graph is out-of-place aten ops (every node of torch's C++ backward formulas, the
 forward recomputed); its ``aten.copy`` nodes are elided (:func:`funcbwd.fx.elide.elide_copies`),
 its ``select_scatter`` rewritten as ``slice_scatter`` (:mod:`funcbwd.fx.select_scatter`: the
-batched form's gradient is wrong), dead nodes dropped, and it runs on the call's (batched or
-grad-tracking) tensors: vmap batches the primals, the inputs and the cotangents alike, and an
-outer ``vjp``/``grad`` differentiates the graph (vjp of vjp). Outside vmap the eager ``vjp_fn``
-runs as written.
+batched form's gradient is wrong), its ``view`` nodes run as ``reshape`` (:func:`reshape_views`:
+the trace chose them on unbatched strides), dead nodes dropped, and it runs on the call's
+(batched or grad-tracking) tensors, its grads summed to the primals' shapes where a batch rule's
+differ (:func:`reduced_to`: the autograd engine's own step, which the graph bypasses): vmap
+batches the primals, the inputs and the cotangents alike, and an outer ``vjp``/``grad``
+differentiates the graph (vjp of vjp). Outside vmap the eager ``vjp_fn`` runs as written.
 
 Cache: per ``fn`` (by identity: what ``fn`` captures, tensors included, is part of its graph)
 and signature (shapes, strides, dtypes and devices of the tensors, values of the non-tensor
@@ -210,6 +212,25 @@ def check_graph(run: Callable[[Sequence[Any]], Any], joint: Callable[..., tuple]
     return False, f"check inconclusive: {why}"
 
 
+def reshape_views(gm: torch.fx.GraphModule) -> int:
+    """Every ``aten.view.default`` of ``gm`` as ``aten.reshape.default``, in place; returns how
+    many. make_fx records a ``reshape`` (a C++ formula's, a decomposition's) as the ``view`` it
+    took on the trace's unbatched fake tensors, a choice made on their strides. Under vmap an
+    intermediate's per-sample strides follow the batched physical tensor (an elementwise op
+    keeps a cotangent's batch dim in the middle), so the recorded view can fail where eager's
+    reshape copies ("view size is not compatible", stft's backward with in_dims -1). The graph is
+    functional (mutating graphs are refused), so a copy instead of a view changes no value, and
+    where the view is possible reshape returns that same view."""
+    count = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.view.default:
+            node.target = torch.ops.aten.reshape.default
+            count += 1
+    if count:
+        gm.recompile()
+    return count
+
+
 # ------------------------------------------------------------------------------ one signature
 @dataclasses.dataclass(frozen=True)
 class JointGraph:
@@ -260,16 +281,36 @@ def _build(joint: Callable[..., tuple], flat: Sequence[Any], logical: Sequence[A
     specs = [logical[p] for p in tpos]
     tried = []
     for gm, is_elided in ((elided, True), (traced, False))[: 2 if report.count else 1]:
+        # bindings checked before the view rewrite: aten.reshape has one overload, so its binding
+        # binds it, but re-tracing the binding records the view it decomposes to
         bindings = bindings_equivalent(gm, specs)
+        reshaped = reshape_views(gm)
         run = codegen.compile_graph(gm, tpos, "traced_backward", bindings)
         ok, detail = check_graph(run, joint, flat) if check else (True, "not checked")
         tried.append(detail)
         if ok:
             nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
             text = (f"{nodes} ops, {report.count if is_elided else 0} copies elided"
-                    + (f", {rewrites} select_scatter rewritten" if rewrites else "") + f"; {detail}")
+                    + (f", {rewrites} select_scatter rewritten" if rewrites else "")
+                    + (f", {reshaped} views as reshape" if reshaped else "") + f"; {detail}")
             return JointGraph(gm, run, GRAPH if is_elided else UNELIDED, text)
     return Refused("graph check failed: " + "; un-elided: ".join(tried))
+
+
+def reduced_to(grad: Any, primal: Any) -> Any:
+    """``grad`` summed to ``primal``'s shape where that shape broadcasts to it, else as it is:
+    what the autograd engine does to every node's grads (``validate_outputs``), which the graph
+    bypasses. The trace's shapes already match; under vmap a batch rule may return a grad of
+    another rank than its unbatched op (torch 2.13's ``_cdist_backward`` rule pads an empty
+    cdist's grad to ``x1``'s shape with a leading 1), which eager's engine reduces silently."""
+    if not (isinstance(grad, torch.Tensor) and isinstance(primal, torch.Tensor)) \
+            or grad.shape == primal.shape:
+        return grad
+    try:
+        expandable = torch.broadcast_shapes(primal.shape, grad.shape) == grad.shape
+    except RuntimeError:
+        return grad
+    return grad.sum_to_size(primal.shape) if expandable else grad
 
 
 # ------------------------------------------------------------------------------ the strategy
@@ -355,7 +396,8 @@ class TracedBackward(Strategy):
                 provenance.record(self.name, FALLBACK, False, hit.reason)
                 return torch.func.functionalize(vjp_fn)(cotangents)
             provenance.record(self.name, hit.mechanism, True, hit.detail)
-            return pytree.tree_unflatten(list(hit.run(flat)), p_spec)
+            grads = [reduced_to(g, p) for g, p in zip(hit.run(flat), p_leaves)]
+            return pytree.tree_unflatten(grads, p_spec)
 
         return out, self.scoped_backward(traced_vjp_fn)
 
