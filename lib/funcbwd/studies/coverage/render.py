@@ -35,6 +35,22 @@ def meta_line(meta: dict[str, Any]) -> str:
             f"{meta.get('seconds', 0) / 60:.0f} min.")
 
 
+def cause_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """One row per cause of the regressions (unexplained last): key, torch or ours, cells,
+    strategies, compositions, the reason."""
+    from funcbwd.studies.coverage import causes
+
+    known = causes.by_key()
+    rows = []
+    for key, regs in sorted(summary["regression_causes"].items(), key=lambda kv: kv[0] == "unexplained"):
+        c = known.get(key)
+        rows.append([key, c.kind if c else "?", str(len(regs)),
+                     ", ".join(sorted({r["strategy"] for r in regs})),
+                     ", ".join(sorted({r["cell"][3] for r in regs})),
+                     c.reason if c else "no reviewed cause: " + regs[0]["message"][:80]])
+    return rows
+
+
 def text(doc: dict[str, Any], summary: dict[str, Any], width: int = WIDTH) -> str:
     out = [paragraph(meta_line(doc["meta"]), width), "",
            table(["composition", "strategy", *HEADERS], composition_rows(summary), width=width,
@@ -47,7 +63,11 @@ def text(doc: dict[str, Any], summary: dict[str, Any], width: int = WIDTH) -> st
                                               for t, c in counts.items()], width=width,
                       align="l" + "r" * len(V.VERDICTS))]
     if summary["regressions"]:
-        out += ["", f"regressions vs builtin: {len(summary['regressions'])}"] + [
+        out += ["", paragraph(f"regressions vs builtin: {len(summary['regressions'])}, by cause "
+                              "(funcbwd.studies.coverage.causes):", width)]
+        out += [paragraph(f"{key} ({kind}, {n} cells: {sts}; {comps}): {why}", width, "  ", "    ")
+                for key, kind, n, sts, comps, why in cause_rows(summary)]
+        out += ["", "the first 20:"] + [
             paragraph(f"{r['cell'][0]} sample {r['cell'][1]} {r['cell'][2]} {r['cell'][3]}: "
                       f"{r['strategy']} {r['status']} {r['reason']}", width, "  ", "    ")
             for r in summary["regressions"][:20]]
@@ -61,8 +81,13 @@ def markdown(doc: dict[str, Any], summary: dict[str, Any]) -> str:
     lines += ["| " + " | ".join(f"`{c}`" if i < 2 else c for i, c in enumerate(row)) + " |"
               for row in composition_rows(summary)]
     regress = len(summary["regressions"])
-    lines += ["", f"**{regress} regressions against builtin.**" if regress else
+    lines += ["", f"**{regress} regressions against builtin**, each with its cause (reviewed data: "
+                  "`funcbwd.studies.coverage.causes`, each cause shown by a test):" if regress else
               "**No regressions against builtin.**"]
+    if regress:
+        lines += ["", "| cause | whose | cells | strategies | compositions | why |",
+                  "|---|---|---|---|---|---|"]
+        lines += ["| " + " | ".join([f"`{row[0]}`", *row[1:]]) + " |" for row in cause_rows(summary)]
     counts = V.counts(doc.get("upstream_xfails") or [])
     if counts:
         lines += ["", "Upstream's expected failures (`test/functorch/test_ops.py`), each with a "

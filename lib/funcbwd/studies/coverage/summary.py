@@ -53,7 +53,8 @@ def compare_cell(base: dict | None, other: dict | None) -> str:
 def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """``{"compositions": {comp: {strategy: {status counts, "fallback", "regressions", "fixes",
     "inplace_fixes", "unresolved"}}}, "regressions": [...], "fixes": [...], "inplace_failures":
-    [...]}`` (the lists: one entry per cell, with the strategy)."""
+    [...], "regression_causes": {cause key or "unexplained": [...]}}`` (the lists: one entry per
+    cell, with the strategy; the causes: :mod:`funcbwd.studies.coverage.causes`)."""
     cells = by_cell(records)
     comps: dict[str, dict[str, Counter]] = {}
     regressions, fixes, inplace = [], [], []
@@ -83,8 +84,10 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     table = {comp: {st: {k: int(c.get(k, 0)) for k in (*STATUSES, "fallback", "regressions",
                                                        "fixes", "inplace_fixes", "unresolved")}
                     for st, c in per.items()} for comp, per in comps.items()}
+    from funcbwd.studies.coverage import causes
+
     return {"compositions": table, "regressions": regressions, "fixes": fixes,
-            "inplace_failures": inplace}
+            "inplace_failures": inplace, "regression_causes": causes.explain(regressions)}
 
 
 def inplace_fixed_by(records: Sequence[dict[str, Any]], strategy: str) -> dict[str, int]:
