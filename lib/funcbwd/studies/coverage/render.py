@@ -32,7 +32,9 @@ def meta_line(meta: dict[str, Any]) -> str:
             f"dtype and composition: {samples}; every in_dims choice (no cap), distinct batch "
             f"entries, budget {meta['budget_s']:g} s per cell and {meta['op_budget_s']:g} s per op "
             f"(a spent budget is 'budget', never a pass); {meta.get('workers', '?')} Dask workers, "
-            f"{meta.get('seconds', 0) / 60:.0f} min.")
+            f"{meta.get('seconds', 0) / 60:.0f} min."
+            + (f" Re-run with the code of {meta['rerun']['commit']}: {', '.join(meta['rerun']['ops'])} "
+               f"({meta['rerun']['why']})." if meta.get("rerun") else ""))
 
 
 def cause_rows(summary: dict[str, Any]) -> list[list[str]]:
