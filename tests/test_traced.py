@@ -82,7 +82,7 @@ def test_prod_is_untraceable_with_reason_and_still_passes_via_fallback():
 
 def _vmap_vjp_diag(st, k: int, batch: int = 3):
     x = torch.randn(3, 5)
-    _, fn = vjp(lambda x: legacy.function_for("diag").apply(x, k), x)
+    _, fn = vjp(lambda x: legacy.function_for("diag", st).apply(x, k), x)
     n = torch.diag(x, k).shape[0]
     return vmap(fn)(torch.randn(batch, n))[0]
 
@@ -152,7 +152,7 @@ def test_provenance_graph_and_fallback():
     assert events[0].detail == "diag [(3,)f32, [3, 5], 1]"
     x = torch.rand(3, 4) + 0.5
     with provenance.collecting() as events:
-        _, fn = vjp(lambda x: legacy.function_for("prod").apply(x, 1, False), x)
+        _, fn = vjp(lambda x: legacy.function_for("prod", st).apply(x, 1, False), x)
         vmap(fn)(torch.randn(2, 3))
     own = [e for e in events if e.strategy == "traced"]
     assert [(e.mechanism, e.ran) for e in own] == [(FALLBACK, False)]

@@ -8,6 +8,7 @@ topic to keep each module small). Functions are thin and named for what they mea
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Iterator
 
 import torch
@@ -24,19 +25,30 @@ def compile_backend(name: str):
     return lookup_backend(name)
 
 
+#: torch.compile's loggers whose warnings a compiled cell keeps off stderr (inside fresh_compiler)
+QUIET_LOGGERS = ("torch._dynamo", "torch._inductor", "torch._functorch")
+
+
 @contextlib.contextmanager
 def fresh_compiler() -> Iterator[None]:
     """A block that compiles as a fresh process would: dynamo reset on entry and on exit (code
     caches, guards, graph-break reasons; ``torch.compiler.reset``) and every compile cache off
     inside (FX graph, AOT autograd; ``torch.compiler.config.force_disable_caches``), so no compiled
     call reuses another's work. Files inductor writes (generated C++ and its build, keyed by the
-    source's hash) are not results and are left where torch puts them. The reset is process-wide:
+    source's hash) are not results and are left where torch puts them. Dynamo's warnings are kept
+    off stderr inside (:data:`QUIET_LOGGERS` at ERROR). The reset is process-wide:
     a caller's own compiled functions recompile on their next call (same results, compile cost)."""
     torch.compiler.reset()
+    quiet = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [lg.level for lg in quiet]
+    for lg in quiet:  # dynamo's warnings (timestamped) would go to stderr: the report records
+        lg.setLevel(logging.ERROR)  # graph breaks and errors instead
     try:
         with torch.compiler.config.patch(force_disable_caches=True):
             yield
     finally:
+        for lg, level in zip(quiet, levels):
+            lg.setLevel(level)
         torch.compiler.reset()
 
 
