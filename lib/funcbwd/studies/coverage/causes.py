@@ -29,6 +29,10 @@ class Cause:
                 and self.message in r["message"])
 
 
+#: the real and Hermitian FFTs, whose backward writes into a slice of a complex tensor
+FFT = ("fft.hfft", "fft.hfft2", "fft.hfftn", "fft.ihfft", "fft.ihfft2", "fft.ihfftn", "fft.irfft",
+           "fft.irfft2", "fft.irfftn", "fft.rfft", "fft.rfft2", "fft.rfftn")
+
 CAUSES: tuple[Cause, ...] = (
     Cause("copy_has_no_derivative", ("whole", "hooks"), ("vmapvjpvjp",),
           ("as_strided", "as_strided_copy", "nn.functional.pad.circular"),
@@ -37,14 +41,14 @@ CAUSES: tuple[Cause, ...] = (
           "torch 2.13 cannot differentiate again (no backward formula); eager's copy_ has one",
           "tests/test_sweep_regressions.py::test_functionalized_copy_has_no_derivative_in_torch"),
     Cause("copy_has_no_forward_ad", ("whole", "hooks"), ("vmapjvpvjp",),
-          ("as_strided", "as_strided_copy", "nn.functional.pad.circular", "stft"),
+          ("as_strided", "as_strided_copy", "nn.functional.pad.circular", "stft") + FFT,
           "Trying to use forward AD with aten::copy", "torch",
           "the same aten::copy has no forward-mode formula either, so a jvp of the functionalized "
           "backward fails; traced_backward elides its copies and passes these cells",
           "tests/test_sweep_regressions.py::test_functionalized_copy_has_no_derivative_in_torch"),
-    Cause("complex_slice_scatter", ("whole", "hooks", "traced_backward"), ("vmapvjpvjp",), ("stft",),
-          "slice_scatter does not support automatic differentiation", "torch",
-          "stft's backward writes into a slice, which functionalization turns into slice_scatter; "
+    Cause("complex_slice_scatter", ("whole", "hooks", "traced_backward"), ("vmapvjpvjp",),
+          ("stft",) + FFT, "slice_scatter does not support automatic differentiation", "torch",
+          "the backward of stft and of the real/Hermitian FFTs writes into a slice, which functionalization turns into slice_scatter; "
           "torch 2.13 refuses to differentiate slice_scatter for complex outputs",
           "tests/test_sweep_regressions.py::test_functionalized_copy_has_no_derivative_in_torch"),
     Cause("cdist_empty_input_rank", ("traced_backward",), ("vmapvjp",), ("cdist",),
