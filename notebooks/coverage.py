@@ -87,6 +87,20 @@ for f in inplace[:12]:
     print(f"  {op}[{smp}] {dtype} {comp}: {f['message'][:70]}")
 
 # %% [markdown]
+# Where a strategy ran out of the sweep's 3 s budget on these cells, the deep pass re-ran them with
+# 120 s per cell (`python -m funcbwd.studies.coverage.deep`, saved in `data/coverage-deep.json`):
+# a pass there ran every in_dims choice.
+
+# %%
+import json
+
+from funcbwd.studies.coverage import deep
+
+deep_doc = json.loads(open(os.path.join("..", "data", deep.FILE_NAME)).read())
+assert sorted(deep_doc["records"]) == sorted(f"{c[0]} {c[3]}" for c in deep.inplace_cells(records))
+print(deep.format_result(deep_doc))
+
+# %% [markdown]
 # ## 3. Regressions, with their reasons
 #
 # Every regression, grouped by strategy, composition and op (the first message of each group).
@@ -142,8 +156,6 @@ assert same == len(vs)
 # matters, not any one op.
 
 # %%
-import json
-
 from funcbwd.studies.coverage import cost as coverage_cost
 
 costs = json.loads(open(os.path.join("..", "data", coverage_cost.COST_FILE)).read())["cost"]

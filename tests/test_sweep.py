@@ -175,3 +175,20 @@ def test_the_data_file_round_trips_and_renders_in_100_columns(tmp_path, records)
     __import__("gzip").open(bad, "wt").write(json.dumps(raw))
     with pytest.raises(Exception, match="schema"):
         data.load(bad)
+
+
+def test_the_deep_pass_covers_every_inplace_cell_of_the_saved_sweep():
+    """data/coverage-deep.json re-ran exactly the saved sweep's in-place cells (a cell missing
+    from it, or one it has that the sweep does not, fails here)."""
+    from pathlib import Path
+
+    from funcbwd.studies.coverage import deep
+
+    root = Path(__file__).resolve().parents[1] / "data"
+    doc = json.loads((root / deep.FILE_NAME).read_text())
+    cells = deep.inplace_cells(data.load(root / data.FILE_NAME)["records"])
+    assert sorted(doc["records"]) == sorted(f"{op} {comp}" for op, _, _, comp in cells)
+    assert doc["schema"] == deep.SCHEMA and doc["meta"]["budget_s"] > PLAN.budget_s
+    text = deep.format_result(doc)
+    assert all(len(line) <= 100 for line in text.splitlines()), text
+    assert all(r["trials_run"] <= r["trials_total"] for rs in doc["records"].values() for r in rs)

@@ -1,0 +1,81 @@
+"""The deep pass: the sweep's cells where ``builtin`` fails with vmap's in-place error, re-run with
+a larger budget per cell, so a functionalizing strategy that ran out of the sweep's budget there
+gets a verdict (every in_dims choice run) instead of "budget".
+
+    python -m funcbwd.studies.coverage.deep [--coverage data/coverage.json.gz]
+                                            [--budget 120] [--out data/coverage-deep.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from funcbwd.studies.coverage import data, summary, sweep
+
+SCHEMA = "funcbwd-coverage-deep/1"
+FILE_NAME = "coverage-deep.json"  # in the checkout's data/
+KEYS = ("strategy", "status", "reason", "message", "mechanism_ran", "trials_run", "trials_total",
+        "seconds", "max_abs_err", "fallback_ops")
+
+
+def inplace_cells(records: Sequence[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """The cells (op, sample, dtype, composition) where builtin fails with vmap's in-place error."""
+    return [f["cell"] for f in summary.summarize(records)["inplace_failures"]]
+
+
+def run(cells: Sequence[tuple[str, str, str, str]], budget_s: float = 120.0) -> dict[str, Any]:
+    """Each cell's records under every sweep strategy with ``budget_s`` per cell (the first
+    sample of each op, as the sweep ran these compositions)."""
+    out: dict[str, list] = {}
+    plans = []
+    for op, smp, dtype, comp in cells:
+        if smp != "0":
+            raise ValueError(f"{op}: the deep pass re-runs first samples only, not sample {smp}")
+        plan = dataclasses.replace(sweep.DEFAULT_PLAN, samples={dtype: {comp: 1}}, budget_s=budget_s,
+                                   op_budget_s=10 * budget_s)
+        plans.append(plan)
+        start = time.perf_counter()
+        res = sweep.sweep_op(op, plan)
+        out[f"{op} {comp}"] = [{k: r[k] for k in KEYS} for r in res["records"]]
+        print(f"{op} {comp}: {time.perf_counter() - start:.0f} s, "
+              + ", ".join(f"{r['strategy']} {r['status']}" for r in res["records"]), flush=True)
+    return {"records": out, "plan": plans[0].meta() if plans else {}}
+
+
+def format_result(doc: dict[str, Any]) -> str:
+    lines = [f"budget {doc['meta']['budget_s']:g} s per cell (the sweep's: 3 s):"]
+    for cell, rs in doc["records"].items():
+        lines.append(f"  {cell}:")
+        lines += [f"    {r['strategy']:16s} {r['status']:8s} {r['trials_run']}/{r['trials_total']} in_dims "
+                  f"choices run" for r in rs]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import torch
+
+    ap = argparse.ArgumentParser(prog="python -m funcbwd.studies.coverage.deep", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--coverage", default=f"data/{data.FILE_NAME}", metavar="FILE")
+    ap.add_argument("--budget", type=float, default=120.0, metavar="S")
+    ap.add_argument("--out", default=f"data/{FILE_NAME}", metavar="FILE")
+    args = ap.parse_args(argv)
+    res = run(inplace_cells(data.load(args.coverage)["records"]), args.budget)
+    doc = {"schema": SCHEMA,
+           "meta": {"what": "the cells where builtin fails with vmap's in-place error in "
+                            f"{Path(args.coverage).name}, re-run with a {args.budget:g} s budget per cell",
+                    "torch": torch.__version__, "script": "python -m funcbwd.studies.coverage.deep",
+                    **res["plan"]},
+           "records": res["records"]}
+    Path(args.out).write_text(json.dumps(doc, indent=1))
+    print(format_result(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
