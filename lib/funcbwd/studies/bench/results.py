@@ -35,20 +35,20 @@ FLOOR = "min(handfixed, builtin)"
 
 
 # ------------------------------------------------------------------------------ files
-def _strict_json(x: Any) -> Any:
+def strict_json(x: Any) -> Any:
     """NaN/inf (what was not measured) as null: browsers' JSON.parse rejects NaN."""
     if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
         return None
     if isinstance(x, dict):
-        return {k: _strict_json(v) for k, v in x.items()}
+        return {k: strict_json(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_strict_json(v) for v in x]
+        return [strict_json(v) for v in x]
     return x
 
 
 def save(results: dict[str, Any], path: str) -> None:
     with open(path, "w") as f:
-        json.dump(_strict_json(results), f, allow_nan=False, separators=(",", ":"))
+        json.dump(strict_json(results), f, allow_nan=False, separators=(",", ":"))
         f.write("\n")
 
 

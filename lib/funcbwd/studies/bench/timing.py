@@ -18,14 +18,29 @@ both clocks: ``thread_cpu`` (``time.thread_time``: immune to preemption by other
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import math
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from funcbwd.errors import first_line
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op torch thread for the block (the previous count restored after): timings
+    that do not depend on how many cores the machine lends."""
+    import torch
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
 
 
 def median(xs: Sequence[float]) -> float:

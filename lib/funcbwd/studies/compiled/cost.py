@@ -25,9 +25,8 @@ One intra-op thread (``torch.set_num_threads(1)`` for the run, restored after), 
 
 from __future__ import annotations
 
-import contextlib
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 import torch
 from torch.func import vjp, vmap
@@ -35,9 +34,11 @@ from torch.func import vjp, vmap
 from funcbwd.internals import dynamo
 from funcbwd.errors import BadInputError, first_line
 from funcbwd.studies.bench.inputs import cotangents, resize, shape_text
-from funcbwd.studies.bench.timing import calibrate, median, median_interval, sample_once
+from funcbwd.studies.bench.timing import (calibrate, median, median_interval, one_torch_thread,
+                                         sample_once)
 from funcbwd.ops import registry
 from funcbwd.run.compare import max_abs_error
+from funcbwd.run.scenario import torch_bind
 from funcbwd.strategies.compiled import BACKENDS, compiled_with_report, graph_breaks
 
 LARGE_OPS = ("diag", "index_select")
@@ -64,11 +65,7 @@ def builtin_call(op: str, size: str, batch: int,
     s = resize(spec, size)
     primals = [s.args[p] for p in s.diff]
 
-    def f(*d: torch.Tensor) -> tuple:
-        full = list(s.args)
-        for p, v in zip(s.diff, d):
-            full[p] = v
-        return spec.diff_out(spec.torch_op(*full))
+    f = torch_bind(spec, s.args, s.diff)
 
     def composed(*cts: torch.Tensor) -> tuple:
         _, vjp_fn = vjp(f, *primals)
@@ -81,16 +78,6 @@ def builtin_call(op: str, size: str, batch: int,
             return vmap(lambda *c: eager_vjp_fn(c))(*cts)
 
     return composed, cotangents(spec, s, batch, seed=7), shape_text(s)
-
-
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(prev)
 
 
 def _paired(eager: Callable[[], Any], compiled: Callable[[], Any], pairs: int,
@@ -120,7 +107,7 @@ def measure(op: str, size: str, backend: str, batch: int = BATCH, pairs: int = 2
     row: dict[str, Any] = {"op": op, "size": size, "shape": shape, "batch": batch,
                            "backend": backend, "variant": variant}
     expected = composed(*cts)
-    with _one_thread(), dynamo.fresh_compiler():
+    with one_torch_thread(), dynamo.fresh_compiler():
         compiled, report = compiled_with_report(composed, backend)
         start = time.perf_counter()
         try:

@@ -4,6 +4,8 @@ entry per known cause, each with its reason and where it is shown (a test, a tor
 A regression matches an entry when its strategy, composition and op are among the entry's and its
 message contains the entry's ``message``; a regression no entry matches is *unexplained*, and the
 summary says so (:func:`explain`). An entry explains; it never turns a regression into a pass.
+Only causes that still hold are listed: a bug of ours the sweep found is fixed, with its test
+(tests/test_sweep_regressions.py), not kept here, where it would explain away its own return.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ class Cause:
     compositions: tuple[str, ...]
     ops: tuple[str, ...]
     message: str  # a substring of the regression's message
-    kind: str  # "torch" (a limitation or bug of torch) or "ours" (fixed at ``fixed_in``)
+    kind: str  # "torch": a limitation or bug of torch 2.13
     reason: str
     shown_by: str
 
@@ -48,20 +50,9 @@ CAUSES: tuple[Cause, ...] = (
           "tests/test_sweep_regressions.py::test_functionalized_copy_has_no_derivative_in_torch"),
     Cause("complex_slice_scatter", ("whole", "hooks", "traced_backward"), ("vmapvjpvjp",),
           ("stft",) + FFT, "slice_scatter does not support automatic differentiation", "torch",
-          "the backward of stft and of the real/Hermitian FFTs writes into a slice, which functionalization turns into slice_scatter; "
-          "torch 2.13 refuses to differentiate slice_scatter for complex outputs",
+          "the backward of stft and of the real/Hermitian FFTs writes into a slice, which "
+          "functionalization turns into slice_scatter; torch 2.13 refuses to differentiate slice_scatter for complex outputs",
           "tests/test_sweep_regressions.py::test_functionalized_copy_has_no_derivative_in_torch"),
-    Cause("cdist_empty_input_rank", ("traced_backward",), ("vmapvjp",), ("cdist",),
-          "shape", "ours",
-          "torch's batching rule of _cdist_backward adds a dimension when an input is empty (the "
-          "engine sums it away for builtin); traced_backward now reduces each gradient to its "
-          "input's shape as the engine does (fixed after the sweep ran; the op re-run)",
-          "tests/test_sweep_regressions.py::test_traced_backward_cdist_with_an_empty_input_keeps_the_primal_shapes"),
-    Cause("traced_view_of_batched", ("traced_backward",), ("vmapvjp",), ("stft",),
-          "view size is not compatible", "ours",
-          "the trace recorded reshape as view, which a batched intermediate cannot take; "
-          "traced_backward now runs it as reshape (fixed after the sweep ran; the op re-run)",
-          "tests/test_sweep_regressions.py::test_traced_backward_stft_batched_at_the_last_dim"),
 )
 
 

@@ -48,16 +48,6 @@ def eligible(records: Sequence[dict[str, Any]]) -> bool:
     return first.get("builtin") == "pass" and first.get("whole") == "pass"
 
 
-@contextlib.contextmanager
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
-
-
 def op_cost(op: str, records: Sequence[dict[str, Any]], *, n: int = N_COTANGENTS,
             rounds: int = ROUNDS, seed: int = 0) -> dict[str, Any] | None:
     """The cost entry of one op (None if :func:`eligible` says it has none)."""
@@ -73,7 +63,7 @@ def op_cost(op: str, records: Sequence[dict[str, Any]], *, n: int = N_COTANGENTS
         if isinstance(p, str):
             entry["error"] = p
             return entry
-        with _one_thread():
+        with timing.one_torch_thread():
             entry.update(_measure(p, n, rounds, seed))
     except Exception as e:  # noqa: BLE001 - a cost that cannot be measured is recorded, not fatal
         entry["error"] = f"{type(e).__name__}: {first_line(str(e), 200)}"

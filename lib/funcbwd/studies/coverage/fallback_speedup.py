@@ -39,7 +39,6 @@ import dataclasses
 import datetime
 import gzip
 import json
-import math
 import statistics
 import sys
 import time
@@ -52,6 +51,7 @@ import torch
 
 from funcbwd import batching
 from funcbwd.errors import first_line
+from funcbwd.studies.bench import results as bench_results
 from funcbwd.run.compare import compare
 from funcbwd.run.compositions import BUILDERS, Composition
 from funcbwd.run.entries import distinct_entries
@@ -330,16 +330,6 @@ def format_result(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    return x
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", default=None, help="comma-separated OpInfo ids (default: candidates)")
@@ -356,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = run(a.ops, a.batch, a.repeats, True, a.budget, a.coverage)
     print(format_result(result))
     if a.out:
-        Path(a.out).write_text(json.dumps(_jsonable(result), indent=1) + "\n")
+        Path(a.out).write_text(json.dumps(bench_results.strict_json(result), indent=1) + "\n")
         print(f"wrote {a.out}")
     return 0
 

@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any, Iterable, Sequence
 
 from funcbwd.run.outcomes import STATUSES
+from funcbwd.studies.coverage import causes
 
 BASELINE = "builtin"
 Cell = tuple[str, str, str, str]  # op, sample, dtype, composition
@@ -84,8 +85,6 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     table = {comp: {st: {k: int(c.get(k, 0)) for k in (*STATUSES, "fallback", "regressions",
                                                        "fixes", "inplace_fixes", "unresolved")}
                     for st, c in per.items()} for comp, per in comps.items()}
-    from funcbwd.studies.coverage import causes
-
     return {"compositions": table, "regressions": regressions, "fixes": fixes,
             "inplace_failures": inplace, "regression_causes": causes.explain(regressions)}
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 from funcbwd import command as options
@@ -35,20 +34,10 @@ def _names(text: str | None) -> list[str] | None:
     return None if text is None else [n.strip() for n in text.split(",") if n.strip()]
 
 
-def _strict(x):
-    """NaN/inf as null: the JSON stays standard."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _strict(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_strict(v) for v in x]
-    return x
-
-
 def main(args: argparse.Namespace) -> int:
     from funcbwd.errors import BadInputError
     from funcbwd.studies.deletable import deletable
+    from funcbwd.studies.bench import results as bench_results
     from funcbwd.studies.deletable import render as live
 
     if args.rounds < 1:
@@ -59,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
                                      ops=_names(args.ops), samples=args.samples,
                                      time_it=not args.no_timing, rounds=args.rounds,
                                      progress=progress)
-    text = json.dumps(_strict(result), indent=1)
+    text = json.dumps(bench_results.strict_json(result), indent=1)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")

@@ -30,6 +30,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from funcbwd.fx import elide
 from funcbwd.ops import registry
+from funcbwd.run.scenario import torch_bind
 from funcbwd.errors import BadInputError, UnknownNameError, first_line
 from funcbwd.fx.formula_graphs import flatten_args, formula_args_for, trace_formula
 from funcbwd.tables import WIDTH, paragraph, shorten, table
@@ -157,12 +158,7 @@ def _capture_formula(op, form: str, sample, vmap: bool, batch: int) -> tuple[tor
 def _capture_builtin(op, sample, vmap: bool, batch: int) -> tuple[torch.fx.GraphModule, list[str]]:
     primals = [sample.args[p] for p in sample.diff]
 
-    def f(*d: torch.Tensor) -> tuple:
-        full = list(sample.args)
-        for p, v in zip(sample.diff, d):
-            full[p] = v
-        return op.diff_out(op.torch_op(*full))
-
+    f = torch_bind(op, sample.args, sample.diff)
     # The forward runs eagerly; only the backward is traced (saved tensors become constants).
     _, vjp_fn = torch.func.vjp(f, *primals)
     cts = _cotangents(op, sample, batch if vmap else None)
