@@ -36,7 +36,7 @@ import warnings
 import torch
 
 import funcbwd
-from funcbwd.studies.yourcode import cases
+from funcbwd.studies.yourcode import issue_cases as cases
 
 warnings.simplefilter("ignore")
 torch.manual_seed(0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from funcbwd.fx import formula_graphs
-from funcbwd.studies.yourcode import cases
+from funcbwd.studies.yourcode import issue_cases as cases
 
 CELLS = [(c, t) for c in cases.CASES for t in cases.TRANSFORMS]
 #: where each upstream report says plain torch.func fails (the rest pass plain too)

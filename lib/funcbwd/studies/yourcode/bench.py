@@ -31,7 +31,7 @@ import torch
 from torch.func import vjp, vmap
 
 from funcbwd.studies.bench import timing
-from funcbwd.studies.yourcode import cases
+from funcbwd.studies.yourcode import issue_cases as cases
 
 BATCHES = (64, 256)
 TEST_OPS = ("masked_select", "clamp", "diag", "index_select", "topk", "prod", "mode", "sort")
@@ -123,7 +123,7 @@ print(json.dumps({"ms": ms, "result": res}))
 _CASE_SCRIPT = r"""
 import sys, time, json, warnings
 import torch, funcbwd
-from funcbwd.studies.yourcode import cases
+from funcbwd.studies.yourcode import issue_cases as cases
 warnings.simplefilter("ignore")
 case = cases.CASES[sys.argv[1]]
 args = case.make_args()
