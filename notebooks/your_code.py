@@ -20,7 +20,7 @@
 # elide `aten.copy` with a checked pass, compile, cache), is also a public tool:
 # `funcbwd.functionalized`. This chapter runs it on four public reports of the "vmap: inplace
 # arithmetic ... is not possible" family, each re-created minimally with its citation
-# (`lib/funcbwd/studies/yourcode/cases.py`), and checks every result twice: against a per-sample
+# (`lib/funcbwd/studies/yourcode/issue_cases.py`), and checks every result twice: against a per-sample
 # loop of the function as written (plain autograd, no vmap) and against torch's own gradient of
 # an out-of-place rewrite. Then it shows what `python -m funcbwd doctor` says, the cache's
 # bound, and the saved measurements (cost against the hand rewrite, first-call latency, memory).
@@ -156,10 +156,10 @@ from funcbwd.doctor import report
 
 args = (torch.randn(5, 6), torch.randn(5, 6))
 rows = report.diagnose(cases.zeros_then_item_assignment, args, ["vmap", "jacrev", "jacfwd"])
-text = report.render("funcbwd.studies.yourcode.cases:zeros_then_item_assignment", rows,
+text = report.render("funcbwd.studies.yourcode.issue_cases:zeros_then_item_assignment", rows,
                      report.graph_diff(cases.zeros_then_item_assignment, args))
 print(text)
-assert "lib/funcbwd/studies/yourcode/cases.py:" in text
+assert "lib/funcbwd/studies/yourcode/issue_cases.py:" in text
 assert "mat[0, 0] = mat[0, 1] + x[0, 0]" in text
 assert all(r.wrapped.ok for r in rows) and not rows[0].plain.ok
 
