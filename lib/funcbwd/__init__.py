@@ -1,7 +1,10 @@
 """funcbwd: how should backward formulas that use in-place ops be functionalized so that
 ``vmap(vjp(f))`` works? A library and workbench that answers it with computed evidence.
 
-Fix your own code (docs/your-code.md): :func:`functionalized` makes a function (or a
+Fix your own code (docs/your-code.md): :func:`vmap` (a drop-in for ``torch.func.vmap``) and
+``with allow_inplace():`` (every vmap inside, also jacfwd/hessian's) run in-place code as written,
+promoting a tensor made inside the function when a batched value is written into it;
+:func:`functionalized` makes a function (or a
 ``torch.autograd.Function`` subclass) that writes in place work under ``vmap``/``vjp``/``jacrev``/
 ``jacfwd``/``hessian``; ``python -m funcbwd doctor MODULE:FUNC --args "..."`` says which in-place
 call breaks which transform and whether the wrapper fixes it.
@@ -43,6 +46,8 @@ _LAZY = {
     "get_strategy": ("funcbwd.strategies", "get_strategy"),
     "functionalized": ("funcbwd.tool.functionalized", "functionalized"),
     "FunctionalizeFallbackWarning": ("funcbwd.tool.functionalized", "FunctionalizeFallbackWarning"),
+    "vmap": ("funcbwd.tool.vmap", "vmap"),
+    "allow_inplace": ("funcbwd.tool.vmap", "allow_inplace"),
 }
 
 __all__ = [*_LAZY, "FuncbwdError", "UnknownNameError", "BadInputError", "NotApplicableError"]
