@@ -401,9 +401,15 @@ def swap_impl(a: torch.Tensor, b: torch.Tensor) -> None:
     torch._C._swap_tensor_impl(a, b)
 
 
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    *_, (inner, _) = _levels(t)
+    return inner
+
+
 def alias_of(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True if ``a`` and ``b`` share storage (under their functorch wrappers)."""
     try:
-        return torch._C._is_alias_of(a, b)
+        return torch._C._is_alias_of(_dense(a), _dense(b))
     except RuntimeError:
         return False
 
@@ -443,3 +449,9 @@ def function_apply_replaced(make) -> Iterator[None]:
         yield
     finally:
         fn.apply = original
+
+
+def leaves(tree) -> list:
+    """The leaves of a nest of tuples, lists and dicts (torch's pytree)."""
+    from torch.utils._pytree import tree_flatten
+    return tree_flatten(tree)[0]

@@ -46,7 +46,6 @@ from typing import Any, Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
 
 from funcbwd import internals
 from funcbwd.errors import FuncbwdError
@@ -84,19 +83,20 @@ def _inplace(name: str) -> bool:
 
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
-    return [a for a in tree_flatten(tree)[0] if isinstance(a, torch.Tensor)]
+    return [a for a in internals.leaves(tree) if isinstance(a, torch.Tensor)]
 
 
 class _Node:
     """A fresh tensor (``parent is None``) or a view of one, and how to re-derive the view."""
 
-    __slots__ = ("ref", "parent", "derive", "views", "__weakref__")
+    __slots__ = ("ref", "parent", "derive", "views", "stale", "__weakref__")
 
     def __init__(self, t: torch.Tensor, parent: "_Node | None", derive) -> None:
         self.ref = weakref.ref(t)
         self.parent = parent
         self.derive = derive
         self.views: list[_Node] = []  # a root's views, all depths, creation order
+        self.stale = False  # a view whose root was promoted since it was derived
 
     def root(self) -> "_Node":
         node = self
@@ -146,11 +146,25 @@ class InplaceMode(TorchFunctionMode):
         new.copy_(base)  # keeps the old contents and their autograd history
         internals.swap_impl(base, new)
         for view in root.views:
-            t, parent = view.ref(), view.parent.ref()
-            if t is None or parent is None:
-                continue
-            internals.swap_impl(t, view.derive(parent))
+            view.stale = True  # re-derived when next used (:meth:`_refresh`)
         self.promoted += 1
+
+    def _refresh(self, node: _Node) -> None:
+        """Re-derive a stale view from its (refreshed) parent, keeping its Python identity. Done
+        when the view is next used, not at promotion: a view re-derived before another view's
+        write would hold autograd's view of the base as it was then."""
+        if node.parent.stale:
+            self._refresh(node.parent)
+        t, parent = node.ref(), node.parent.ref()
+        node.stale = False
+        if t is not None and parent is not None:
+            internals.swap_impl(t, node.derive(parent))
+
+    def _refresh_args(self, args: tuple, kwargs: dict) -> None:
+        for a in _tensors((args, kwargs)):
+            node = self._node(a)
+            if node is not None and node.stale:
+                self._refresh(node)
 
     def _maybe_promote(self, target: Any, others: list[torch.Tensor]) -> None:
         node = self._node(target)
@@ -162,11 +176,14 @@ class InplaceMode(TorchFunctionMode):
             need |= internals.vmap_levels(o)
         if need - have:
             self._promote(node)
+            self._refresh_args((target,), {})
 
     # --- the handler -------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = _name(func)
+        if self.promoted:
+            self._refresh_args(args, kwargs)
         if self.selections:
             selected = self._selected_call(func, name, args, kwargs)
             if selected is not None:
@@ -240,7 +257,7 @@ class InplaceMode(TorchFunctionMode):
             return None
         m = self._broadcast_mask(mask, x).expand(x.shape)
         first = m.reshape(-1).to(torch.int8).argmax()  # a selected element (0 if none)
-        fill = x.reshape(-1)[first]
+        fill = x.reshape(-1).gather(0, first.reshape(1)).reshape(())
         return self._select(torch.where(m, x, fill), mask)
 
     def _selected_call(self, func, name, args, kwargs):

@@ -26,7 +26,6 @@ import weakref
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from funcbwd import internals
 from funcbwd.errors import FuncbwdError, first_line
@@ -41,6 +40,7 @@ _FIXABLE = (
     "operators that can output dynamic shape",  # x[mask] (nonzero) with a batched mask
     "must override the setup_context",          # an old-style autograd.Function
     "is a view and is being modified inplace",  # unbind/split views written
+    "do not allow the output views to be modified inplace",
     "doesn't match the broadcast shape",        # an unbatched out= / in-place target
 )
 
@@ -52,13 +52,13 @@ def fixable(error: BaseException) -> bool:
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple:
-    flat = tree_flatten((args, kwargs))[0]
+    flat = internals.leaves((args, kwargs))
     return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else type(a)
                  for a in flat)
 
 
 def _versions(args: tuple, kwargs: dict) -> list[tuple[torch.Tensor, int]]:
-    return [(a, a._version) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+    return [(a, a._version) for a in internals.leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
 
 
 @contextlib.contextmanager

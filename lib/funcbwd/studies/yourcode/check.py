@@ -14,6 +14,7 @@ Exit 1 if a case is not faithful.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import Any, Callable
 
@@ -80,10 +81,11 @@ def faithful(case: Case) -> list[str]:
     return problems
 
 
-def run_cell(name: str, f: Callable[..., Any], case: Case, vmap=None) -> tuple[str, str]:
+def run_cell(name: str, f: Callable[..., Any], case: Case, vmap=None,
+             within: Callable[[], Any] = contextlib.nullcontext) -> tuple[str, str]:
     """(verdict, detail) of ``f`` under transform ``name`` against the loop over the rewrite:
     ``ok``, ``wrong`` (with the difference), ``fail`` (with the error), ``unknown`` (the truth
-    itself raised)."""
+    itself raised). The transformed call (not the truth) runs inside ``within()``."""
     args = T.args_for(name, case)
     cts = T.cotangents(case, T.output_of(case, case.rewrite))
     try:
@@ -91,7 +93,8 @@ def run_cell(name: str, f: Callable[..., Any], case: Case, vmap=None) -> tuple[s
     except Exception as e:  # noqa: BLE001 - no truth: the cell is unknown
         return "unknown", f"truth raised {type(e).__name__}: {first_line(str(e), 120)}"
     try:
-        got = T.transformed(name, f, case, args, cts, vmap=vmap)
+        with within():
+            got = T.transformed(name, f, case, args, cts, vmap=vmap)
     except Exception as e:  # noqa: BLE001 - the failure is the finding
         return "fail", f"{type(e).__name__}: {first_line(str(e), 140)}"
     diff = close(got, want)

@@ -1,0 +1,317 @@
+"""funcbwd.vmap / funcbwd.allow_inplace(): in-place code as written under torch.func.
+
+Every "works" is a value checked against a per-sample loop of torch's autograd; every mechanism
+has a test showing that breaking it is caught (a mutation)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch.func import hessian, jacrev, vjp
+
+import funcbwd
+from funcbwd.errors import FuncbwdError
+from funcbwd.tool import inplace
+from funcbwd.tool.inplace import InplaceMode, InplaceModeError
+
+B = 3
+
+
+def per_sample_jacobians(f, xs):
+    return torch.stack([torch.autograd.functional.jacobian(f, x) for x in xs])
+
+
+# --- small cases, one per mechanism of the mode ----------------------------------------------
+def factory_write(x):
+    y = torch.zeros(4)
+    y[1:3] = x * 2
+    return y
+
+
+def view_write(x):  # a write through a view taken *before* the batched value arrives
+    z = torch.zeros(3, 3)
+    d = z.diagonal()
+    d.copy_(x.exp())
+    return z
+
+
+def unbind_write(x):
+    z = torch.zeros(2, 3)
+    a, b = z.unbind(0)
+    a.copy_(x)
+    b.copy_(x.sin())
+    return z
+
+
+def mask_write(x):  # pytorch3d's _sqrt_positive_part pattern
+    ret = torch.zeros_like(x)
+    positive = x > 0
+    ret[positive] = torch.sqrt(x[positive])
+    return ret
+
+
+def mask_write_rewrite(x):
+    return torch.where(x > 0, x.clamp_min(1e-30).sqrt(), torch.zeros_like(x))
+
+
+class OldScale(torch.autograd.Function):  # old style: forward(ctx, ...), a ctx attribute
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.alpha = alpha
+        ctx.save_for_backward(x)
+        return x * alpha
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        out = torch.zeros_like(g)
+        out += g * ctx.alpha  # in place in the backward
+        return out, None
+
+
+def old_function(x):
+    return OldScale.apply(x, 3.0).sin()
+
+
+CASES = {
+    "factory": (factory_write, lambda x: torch.cat([torch.zeros(1), x * 2, torch.zeros(1)]), 2),
+    "views": (view_write, lambda x: torch.diag(x.exp()), 3),
+    "unbind": (unbind_write, lambda x: torch.stack([x, x.sin()]), 3),
+    "mask": (mask_write, mask_write_rewrite, 5),
+    "old_function": (old_function, lambda x: (x * 3.0).sin(), 4),
+}
+
+
+def inputs(n):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(B, n, generator=g)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_plain_torch_func_refuses_each_case(name):
+    f, _, n = CASES[name]
+    with pytest.raises(RuntimeError):
+        torch.func.vmap(jacrev(f))(inputs(n))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_dropin_vmap_of_jacrev_matches_the_loop(name):
+    f, rewrite, n = CASES[name]
+    xs = inputs(n)
+    got = funcbwd.vmap(jacrev(f))(xs)
+    torch.testing.assert_close(got, per_sample_jacobians(rewrite, xs))
+    torch.testing.assert_close(funcbwd.vmap(f)(xs), torch.stack([rewrite(x) for x in xs]))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_allow_inplace_vmap_vjp_and_hessian_match_the_loop(name):
+    f, rewrite, n = CASES[name]
+    xs, cts = inputs(n), inputs(n).flip(0)
+    ct = torch.randn(B, *rewrite(xs[0]).shape, generator=torch.Generator().manual_seed(1))
+    with funcbwd.allow_inplace():
+        got = torch.func.vmap(lambda x, c: vjp(f, x)[1](c)[0])(xs, ct)
+    want = torch.stack([torch.autograd.grad(rewrite(x.requires_grad_()), x, c)[0]
+                        for x, c in zip(xs.clone(), ct)])
+    torch.testing.assert_close(got, want)
+    if name in ("old_function",):  # no jvp defined: forward AD refuses it written or rewritten
+        return
+    g = lambda x: f(x).pow(2).sum()  # noqa: E731
+    with funcbwd.allow_inplace():
+        h = hessian(g)(xs[0] + 0.1)
+    torch.testing.assert_close(
+        h, torch.autograd.functional.hessian(lambda x: rewrite(x).pow(2).sum(), xs[0] + 0.1))
+    del cts
+
+
+# --- mutations: breaking a mechanism is caught ----------------------------------------------
+def test_mutation_views_not_rederived_is_caught(monkeypatch):
+    def promote_base_only(self, node):
+        root = node.root()
+        base = root.ref()
+        from funcbwd import internals
+        new = internals.zeros_at_every_level(base.shape, base.dtype, base.device)
+        new.copy_(base)
+        internals.swap_impl(base, new)  # views keep pointing at the old storage
+
+    monkeypatch.setattr(InplaceMode, "_promote", promote_base_only)
+    xs = inputs(3)
+    try:
+        got = funcbwd.vmap(view_write)(xs)
+    except RuntimeError:
+        return  # refused: caught
+    assert not torch.allclose(got, torch.stack([torch.diag(x.exp()) for x in xs]))
+
+
+def test_mutation_mask_fill_outside_the_selection_is_caught(monkeypatch):
+    original = InplaceMode._masked_getitem
+
+    def zero_fill(self, x, index):
+        out = original(self, x, index)
+        if out is None:
+            return None
+        mask = self._selection(out)
+        return self._select(x * 1, mask)  # the whole x, negative entries included
+
+    monkeypatch.setattr(InplaceMode, "_masked_getitem", zero_fill)
+    xs = inputs(5)
+    got = funcbwd.vmap(jacrev(mask_write))(xs)  # sqrt(-1) is nan: 0 / nan = nan in the gradient
+    assert torch.isnan(got).any()
+
+
+def test_mutation_ctx_attributes_dropped_is_caught(monkeypatch):
+    original = inplace._converted.__wrapped__
+
+    def forgetful(cls):
+        conv = original(cls)
+        setup = conv.setup_context
+
+        def setup_context(ctx, inputs, output):
+            setup(ctx, inputs, output)
+            ctx.alpha = 1.0
+
+        conv.setup_context = staticmethod(setup_context)
+        return conv
+
+    monkeypatch.setattr(inplace, "_converted", forgetful)
+    xs = inputs(4)
+    got = funcbwd.vmap(jacrev(old_function))(xs)
+    assert not torch.allclose(got, per_sample_jacobians(lambda x: (x * 3.0).sin(), xs))
+
+
+# --- what the caller owns, what is refused, what is left behind ------------------------------
+def test_a_callers_tensor_is_never_promoted():
+    buf = torch.zeros(3)
+
+    def f(x):
+        buf.copy_(x)  # a side effect on the caller's tensor: impossible per batch entry
+        return buf * 1
+
+    with pytest.raises(RuntimeError, match="inplace"):
+        funcbwd.vmap(f)(inputs(3))
+    assert buf.shape == (3,) and not funcbwd.internals_is_batched(buf) if hasattr(
+        funcbwd, "internals_is_batched") else buf.shape == (3,)
+
+
+def test_a_function_that_changed_its_inputs_is_not_rerun():
+    def f(x, y):
+        y.add_(1)  # y is the caller's (in_dims None)
+        z = torch.zeros(3)
+        z.copy_(x)
+        return z
+
+    y = torch.zeros(3)
+    with pytest.raises(FuncbwdError, match="wrote into one of its inputs") as e:
+        funcbwd.vmap(f, in_dims=(0, None))(inputs(3), y)
+    assert "\n" not in str(e.value)
+    assert y.tolist() == [1.0, 1.0, 1.0]  # ran once, not twice
+
+
+def test_random_state_is_put_back_before_the_retry():
+    def f(x):
+        noise = torch.randn(3)
+        z = torch.zeros(3)
+        z.copy_(x + noise)
+        return z
+
+    torch.manual_seed(5)
+    got = funcbwd.vmap(f, randomness="same")(inputs(3))
+    torch.manual_seed(5)
+    noise = torch.randn(3)
+    torch.testing.assert_close(got, inputs(3) + noise)
+
+
+def test_a_batched_mask_selection_into_a_reduction_is_one_clear_error():
+    def f(x):
+        return x[x > 0].sum()
+
+    with pytest.raises(RuntimeError):
+        torch.func.vmap(f)(inputs(4))
+    with pytest.raises(InplaceModeError, match="elementwise") as e:
+        funcbwd.vmap(f)(inputs(4))
+    assert "\n" not in str(e.value)
+
+
+def test_nothing_is_left_behind_after_an_error():
+    import torch._functorch.apis as apis
+
+    vmap_impl, apply = apis.vmap_impl, torch.autograd.Function.__dict__["apply"]
+    with pytest.raises(InplaceModeError):
+        with funcbwd.allow_inplace():
+            torch.func.vmap(lambda x: x[x > 0].sum())(inputs(4))
+    assert apis.vmap_impl is vmap_impl
+    assert torch.autograd.Function.__dict__["apply"] is apply
+    assert torch._C._len_torch_function_stack() == 0
+    assert torch._C._functorch.get_dynamic_layer_stack_depth() == 0
+    assert not inplace.mode_active()
+
+
+def test_code_that_works_plain_runs_plain():
+    calls = []
+
+    class Spy(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            calls.append(func)
+            return func(*args, **(kwargs or {}))
+
+    seen = []
+    original = InplaceMode.__torch_function__
+
+    def spy(self, *a, **k):
+        seen.append(1)
+        return original(self, *a, **k)
+
+    InplaceMode.__torch_function__ = spy
+    try:
+        out = funcbwd.vmap(lambda x: x.sin() * 2)(inputs(3))
+        funcbwd.vmap(factory_write)(inputs(2))
+    finally:
+        InplaceMode.__torch_function__ = original
+    torch.testing.assert_close(out, inputs(3).sin() * 2)
+    assert seen  # the factory case went through the mode ...
+    n = len(seen)
+    funcbwd.vmap(lambda x: x.cos())(inputs(3))
+    assert len(seen) == n  # ... the plain one never did
+    del Spy, calls
+
+
+def test_a_signature_that_needed_the_mode_goes_straight_to_it():
+    attempts = []
+
+    def f(x):
+        attempts.append(1)
+        y = torch.zeros(2)
+        y[0] = x.sum()
+        return y
+
+    g = funcbwd.vmap(f)
+    g(inputs(2))
+    first = len(attempts)
+    g(inputs(2))
+    assert first == 2 and len(attempts) == 3  # plain + retry, then the mode only
+
+
+def test_the_tool_imports_nothing_heavy():
+    from tests.test_light_install import loaded, offenders
+
+    probe = """
+import json, sys
+import torch, funcbwd
+def g(x):
+    y = torch.zeros(x.shape)
+    y[0] = x[0] * 2
+    return y
+funcbwd.vmap(torch.func.jacrev(g))(torch.randn(2, 3))
+with funcbwd.allow_inplace():
+    torch.func.jacfwd(g)(torch.randn(3))
+print(json.dumps(sorted(sys.modules)))
+"""
+    assert offenders(loaded(probe)) == []
+
+
+def test_warnings_are_not_swallowed():
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        funcbwd.vmap(factory_write)(inputs(2))
+    assert all("funcbwd" not in str(x.message) for x in w)
