@@ -5,8 +5,8 @@ called in the middle of the model's forward between in-place ReLUs (``nn.ReLU(Tr
 
 Re-created from the upstream code and trimmed: the convolutional feature extractor, batch norms,
 dropout and pooling are replaced by one linear layer followed by the same in-place ReLU, and the
-classifiers by one linear layer each (fixed weights; the domain head keeps its in-place ReLU); the Function and the forward's structure
-are upstream's as written.
+classifiers by one linear layer each (fixed weights; the domain head keeps its in-place ReLU);
+the Function and the forward's structure are upstream's as written.
 """
 
 from __future__ import annotations
