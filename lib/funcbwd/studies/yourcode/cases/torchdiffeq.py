@@ -2,20 +2,30 @@
 writing its stages into a fresh scratch tensor through an old-style custom Function that assigns
 through ``.data``, and the fixed-grid solver loop writing each solution point into ``torch.empty``.
 
-Re-created from the upstream code and trimmed (perturbation flags, callbacks, event handling,
-options checking and the other solvers left out); the in-place lines are upstream's as written.
+Re-created from the upstream code and trimmed (callbacks, event handling, options checking, the
+``_PerturbFunc`` wrapper and the other solvers left out); the in-place lines are upstream's as
+written.
 """
 
 from __future__ import annotations
 
 import abc
 import collections
+from enum import Enum
 
 import torch
 
 from funcbwd.studies.yourcode.case import Case, randn
 
 _ButcherTableau = collections.namedtuple('_ButcherTableau', 'alpha, beta, c_sol, c_error')
+
+
+# torchdiffeq/_impl/misc.py
+class Perturb(Enum):
+    NONE = 0
+    PREV = 1
+    NEXT = 2
+
 
 # torchdiffeq/_impl/bosh3.py _BOGACKI_SHAMPINE_TABLEAU, as RKAdaptiveStepsizeODESolver.__init__
 # converts it to y0's dtype
@@ -55,9 +65,8 @@ class _UncheckedAssign(torch.autograd.Function):
 def _rk_build(decorate):
     _UncheckedAssign_ = decorate(_UncheckedAssign)
 
-    # rtqichen/torchdiffeq torchdiffeq/_impl/rk_common.py, _runge_kutta_step (docstring, the
-    # Perturb flags and the FSAL shortcut's condition trimmed): calls _UncheckedAssign.apply
-    # inside, reading back the stages it wrote (k[..., :i + 1])
+    # rtqichen/torchdiffeq torchdiffeq/_impl/rk_common.py, _runge_kutta_step (docstring trimmed):
+    # calls _UncheckedAssign.apply inside, reading back the stages it wrote (k[..., :i + 1])
     def _runge_kutta_step(func, y0, f0, t0, dt, t1, tableau):
         t_dtype = y0.abs().dtype
 
@@ -69,14 +78,19 @@ def _rk_build(decorate):
         k = _UncheckedAssign_.apply(k, f0, (..., 0))
         for i, (alpha_i, beta_i) in enumerate(zip(tableau.alpha, tableau.beta)):
             if alpha_i == 1.:
+                # Always step to perturbing just before the end time, in case of discontinuities.
                 ti = t1
+                perturb = Perturb.PREV
             else:
                 ti = t0 + alpha_i * dt
+                perturb = Perturb.NONE
             yi = y0 + torch.sum(k[..., :i + 1] * (beta_i * dt), dim=-1).view_as(f0)
-            f = func(ti, yi)
+            f = func(ti, yi, perturb=perturb)
             k = _UncheckedAssign_.apply(k, f, (..., i + 1))
 
-        yi = y0 + torch.sum(k * (dt * tableau.c_sol), dim=-1).view_as(f0)
+        if not (tableau.c_sol[-1] == 0 and (tableau.c_sol[:-1] == tableau.beta[-1]).all()):
+            # This property (true for Dormand-Prince) lets us save a few FLOPs.
+            yi = y0 + torch.sum(k * (dt * tableau.c_sol), dim=-1).view_as(f0)
 
         y1 = yi
         f1 = k[..., -1]
@@ -110,19 +124,20 @@ def rk_step_rewrite(y0):
 
 
 # rtqichen/torchdiffeq torchdiffeq/_impl/solvers.py, class FixedGridODESolver (at 657943a;
-# callbacks, perturb, cubic interpolation and integrate_until_event trimmed) and
+# the atol/rtol/norm option handling, callbacks, cubic interpolation and integrate_until_event
+# trimmed) and
 # torchdiffeq/_impl/fixed_grid.py, class Euler
 class FixedGridODESolver(metaclass=abc.ABCMeta):
     order: int
 
-    def __init__(self, func, y0, step_size=None, grid_constructor=None, interp="linear",
-                 **unused_kwargs):
+    def __init__(self, func, y0, step_size=None, grid_constructor=None, interp="linear", perturb=False, **unused_kwargs):
         self.func = func
         self.y0 = y0
         self.dtype = y0.dtype
         self.device = y0.device
         self.step_size = step_size
         self.interp = interp
+        self.perturb = perturb
 
         if step_size is None:
             if grid_constructor is None:
@@ -189,7 +204,7 @@ class Euler(FixedGridODESolver):
     order = 1
 
     def _step_func(self, func, t0, dt, t1, y0):
-        f0 = func(t0, y0)
+        f0 = func(t0, y0, perturb=Perturb.NEXT if self.perturb else Perturb.NONE)
         return dt * f0, f0
 
 
