@@ -104,7 +104,8 @@ CASES = [
     Case("vqvae2:Quantize.forward", "vq-vae-2-pytorch",
          "rosinality/vq-vae-2-pytorch vqvae.py: Quantize.forward (29e36e7)",
          "EMA codebook update of module buffers through .data: cluster_size.data.mul_().add_(), "
-         "embed_avg.data.mul_().add_(), embed.data.copy_(); straight-through output",
+         "embed_avg.data.mul_().add_(), embed.data.copy_(); straight-through output (upstream's "
+         "F.one_hot reads its indices' values: vmap over vjp stops there first)",
          ("buffer", "data", "arith", "state"), _build, quantize_step_rewrite,
          lambda g: (randn(g, 5, _DIM),), batched=(0,), diff=0),
 ]
