@@ -13,7 +13,7 @@ from torch.func import hessian, jacrev, vjp
 
 import funcbwd
 from funcbwd.errors import FuncbwdError
-from funcbwd.tool import inplace
+from funcbwd.tool import inplace, oldstyle
 from funcbwd.tool.inplace import InplaceMode, InplaceModeError
 
 B = 3
@@ -161,7 +161,7 @@ def test_mutation_mask_fill_outside_the_selection_is_caught(monkeypatch):
 
 
 def test_mutation_ctx_attributes_dropped_is_caught(monkeypatch):
-    original = inplace._converted.__wrapped__
+    original = oldstyle._converted.__wrapped__
 
     def forgetful(cls):
         conv = original(cls)
@@ -174,7 +174,7 @@ def test_mutation_ctx_attributes_dropped_is_caught(monkeypatch):
         conv.setup_context = staticmethod(setup_context)
         return conv
 
-    monkeypatch.setattr(inplace, "_converted", forgetful)
+    monkeypatch.setattr(oldstyle, "_converted", forgetful)
     xs = inputs(4)
     got = funcbwd.vmap(jacrev(old_function))(xs)
     assert not torch.allclose(got, per_sample_jacobians(lambda x: (x * 3.0).sin(), xs))
@@ -244,7 +244,7 @@ def test_nothing_is_left_behind_after_an_error():
     assert torch.autograd.Function.__dict__["apply"] is apply
     assert torch._C._len_torch_function_stack() == 0
     assert torch._C._functorch.get_dynamic_layer_stack_depth() == 0
-    assert not inplace.mode_active()
+    assert not oldstyle.mode_active()
 
 
 def test_code_that_works_plain_runs_plain():

@@ -144,17 +144,7 @@ def is_functional(t: torch.Tensor) -> bool:
 
 
 # ---------------------------------------------------------------------------- tensor wrapper chains
-def _levels(t: torch.Tensor) -> Iterator[tuple[torch.Tensor, str]]:
-    """(tensor, kind: Functional/Batched/GradTracking/Dense) down ``t``'s wrappers, outermost first."""
-    cur = t
-    for _ in range(16):
-        kind = ("Functional" if _F.is_functionaltensor(cur) else "Batched" if _F.is_batchedtensor(cur)
-                else "GradTracking" if _F.is_gradtrackingtensor(cur) else "Dense")
-        yield cur, kind
-        if kind == "Dense":
-            return
-        cur = _F.get_unwrapped(cur)
-
+from funcbwd.internals.levels import _levels  # noqa: E402  (one walk down a tensor's wrappers)
 
 def wrapper_chain(t: torch.Tensor) -> list[str]:
     """Describe a tensor's functorch wrappers outermost first, e.g.
@@ -357,101 +347,15 @@ from funcbwd.internals.dispatcher import (  # noqa: E402,F401
 )
 
 
-# ---------------------------------------------------------------------------- in-place under vmap (funcbwd.tool.inplace)
-def vmap_levels(t: torch.Tensor) -> frozenset[int]:
-    """The vmap levels ``t`` is batched at: its wrapper chain and, at the current jvp level, its
-    forward-AD tangent's (under ``jacfwd`` the batching is in the tangent, the primal is not)."""
-    levels = set()
-    for cur, kind in _levels(t):
-        if kind == "Batched":
-            levels.add(_F.maybe_get_level(cur))
-    if _F.is_gradtrackingtensor(t):
-        try:
-            tangent = torch.autograd.forward_ad.unpack_dual(t).tangent
-        except RuntimeError:
-            tangent = None
-        if tangent is not None:
-            levels |= {_F.maybe_get_level(c) for c, k in _levels(tangent) if k == "Batched"}
-    return frozenset(levels)
-
-
-def zeros_at_every_level(shape: torch.Size, dtype: torch.dtype, device) -> torch.Tensor:
-    """Zeros of logical ``shape``, batched at every vmap level of the current stack and wrapped at
-    every grad/jvp level (a mutable wrapper, not a captured input): a tensor any value computed
-    under these transforms can be written into. The raw tensor is made with functorch's
-    dynamic-layer keys excluded (a factory under a grad level would come out wrapped already),
-    then lifted outermost level first."""
-    stack = list(_F.get_interpreter_stack() or [])
-    sizes = [_F.CVmapInterpreterPtr(i).batchSize() for i in stack if int(i.key()) == _VMAP]
-    keys = torch._C.DispatchKeySet(_DK.FuncTorchDynamicLayerFrontMode) | torch._C.DispatchKeySet(
-        _DK.FuncTorchDynamicLayerBackMode)
-    with torch._C._ExcludeDispatchKeyGuard(keys):
-        t = torch.zeros((*sizes, *shape), dtype=dtype, device=device)
-    for interp in stack:
-        if int(interp.key()) == _VMAP:
-            t = _F._add_batch_dim(t, 0, interp.level())
-        else:
-            t = _F._wrap_for_grad(t, interp.level())
-    return t
-
-
-def swap_impl(a: torch.Tensor, b: torch.Tensor) -> None:
-    """Give ``a`` the contents (TensorImpl) of ``b`` and vice versa, keeping each Python object
-    (what ``torch.utils.swap_tensors`` does, without its use-count checks)."""
-    torch._C._swap_tensor_impl(a, b)
-
-
-def _dense(t: torch.Tensor) -> torch.Tensor:
-    *_, (inner, _) = _levels(t)
-    return inner
-
-
-def alias_of(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """True if ``a`` and ``b`` share storage (under their functorch wrappers)."""
-    try:
-        return torch._C._is_alias_of(_dense(a), _dense(b))
-    except RuntimeError:
-        return False
-
-
-@contextlib.contextmanager
-def vmap_impl_replaced(make) -> Iterator[None]:
-    """Route every ``torch.func.vmap`` call (``jacfwd``/``hessian``'s inner vmaps too) through
-    ``make(original_vmap_impl)`` while the block runs (torch._functorch.apis.vmap_impl)."""
-    import torch._functorch.apis as apis
-
-    original = apis.vmap_impl
-    apis.vmap_impl = make(original)
-    try:
-        yield
-    finally:
-        apis.vmap_impl = original
-
-
-def original_vmap_impl():
-    import torch._functorch.vmap as v
-    return v.vmap_impl
-
-
-def function_is_old_style(cls: type) -> bool:
-    """True for a ``torch.autograd.Function`` whose ``forward`` takes ``ctx`` (no
-    ``setup_context``): torch.func transforms refuse it."""
-    return cls.setup_context is torch.autograd.Function.setup_context  # type: ignore[attr-defined]
-
-
-@contextlib.contextmanager
-def function_apply_replaced(make) -> Iterator[None]:
-    """``torch.autograd.Function.apply`` as ``make(original)`` while the block runs."""
-    fn = torch.autograd.Function
-    original = fn.__dict__["apply"]
-    fn.apply = classmethod(make(original.__func__))
-    try:
-        yield
-    finally:
-        fn.apply = original
-
-
-def leaves(tree) -> list:
-    """The leaves of a nest of tuples, lists and dicts (torch's pytree)."""
-    from torch.utils._pytree import tree_flatten
-    return tree_flatten(tree)[0]
+# in-place under vmap (funcbwd.tool.inplace), re-exported
+from funcbwd.internals.levels import (  # noqa: E402,F401
+    alias_of,
+    function_apply_replaced,
+    function_is_old_style,
+    leaves,
+    original_vmap_impl,
+    swap_impl,
+    vmap_impl_replaced,
+    vmap_levels,
+    zeros_at_every_level,
+)

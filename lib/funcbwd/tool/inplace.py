@@ -22,14 +22,8 @@ What else the mode rewrites, each only where the code as written cannot run:
   mask is carried densely (``where(mask, x, a selected element)``: the unselected places hold a
   value the code is valid on, so their zero gradient stays finite); any op other than an
   elementwise one on it raises :class:`InplaceModeError` (no silent wrong shape);
-* an old-style ``torch.autograd.Function`` (``forward(ctx, ...)``, which torch.func transforms
-  refuse) runs as an equivalent setup_context-style Function: its ``forward`` runs once with a
-  recording ``ctx``; what it saved or set on ``ctx`` is given to the real ``ctx`` in
-  ``setup_context`` (intermediates it saved are returned as extra, non-differentiable outputs and
-  dropped), ``generate_vmap_rule = True``;
-* a custom Function's ``backward`` runs under a mode of its own (torch's engine runs it from
-  inside ``torch.autograd.grad``, where a mode is off: a mode is off inside its own handler), so
-  in-place writes in backward formulas get the same treatment.
+* custom ``torch.autograd.Function`` classes: old-style ones converted, every ``backward`` run
+  under a mode of its own (:mod:`funcbwd.tool.oldstyle`).
 
 What it cannot do: writes into tensors the caller owns (arguments not batched, closures, module
 buffers) are left to torch (and refused under vmap, as before); aliases made outside Python
@@ -39,10 +33,9 @@ buffers) are left to torch (and refused under vmap, as before); aliases made out
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import weakref
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -50,7 +43,7 @@ from torch.overrides import TorchFunctionMode
 from funcbwd import internals
 from funcbwd.errors import FuncbwdError
 
-__all__ = ["InplaceMode", "InplaceModeError", "mode_active", "functions_converted"]
+__all__ = ["InplaceMode", "InplaceModeError"]
 
 
 class InplaceModeError(FuncbwdError):
@@ -295,166 +288,3 @@ class InplaceMode(TorchFunctionMode):
             return None
         self._maybe_promote(t, _tensors((index, value)))
         return func(t, index, value)
-
-
-# ---------------------------------------------------------------------------- old-style Functions
-_SLOT: contextvars.ContextVar[list | None] = contextvars.ContextVar("funcbwd_function_slot",
-                                                                    default=None)
-_ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("funcbwd_inplace_active",
-                                                               default=False)
-
-
-def mode_active() -> bool:
-    return _ACTIVE.get()
-
-
-class _RecordingCtx:
-    """What an old-style ``forward(ctx, ...)`` sees: it records instead of saving."""
-
-    def __init__(self, n_inputs: int) -> None:
-        object.__setattr__(self, "_calls", {"saved": (), "dirty": (), "nondiff": (),
-                                            "materialize": None})
-        object.__setattr__(self, "needs_input_grad", (True,) * n_inputs)
-        object.__setattr__(self, "_attrs", {})
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self._attrs[name] = value
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.__dict__["_attrs"][name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def save_for_backward(self, *ts: Any) -> None:
-        self._calls["saved"] = ts
-
-    def mark_dirty(self, *ts: Any) -> None:
-        self._calls["dirty"] = ts
-
-    def mark_non_differentiable(self, *ts: Any) -> None:
-        self._calls["nondiff"] = ts
-
-    def set_materialize_grads(self, value: bool) -> None:
-        self._calls["materialize"] = value
-
-    @property
-    def saved_tensors(self) -> tuple:
-        return self._calls["saved"]
-
-
-def _where(t: Any, inputs: tuple, outs: tuple, extras: list) -> tuple[str, Any]:
-    if not isinstance(t, torch.Tensor):
-        return ("value", t)
-    for i, a in enumerate(inputs):
-        if a is t:
-            return ("in", i)
-    for i, o in enumerate(outs):
-        if o is t:
-            return ("out", i)
-    extras.append(t)
-    return ("out", len(outs) + len(extras) - 1)
-
-
-@functools.lru_cache(maxsize=None)
-def _converted(cls: type) -> type:
-    """``cls`` (old style) as a setup_context-style Function with a generated vmap rule."""
-
-    def forward(*args: Any) -> Any:
-        rec = _RecordingCtx(len(args))
-        out = cls.forward(rec, *args)
-        single = not isinstance(out, tuple)
-        outs = (out,) if single else tuple(out)
-        extras: list[torch.Tensor] = []
-        plan = {
-            "saved": [_where(t, args, outs, extras) for t in rec._calls["saved"]],
-            "attrs": {k: _where(v, args, outs, extras) for k, v in rec._attrs.items()},
-            "dirty": [_where(t, args, outs, extras)[1] for t in rec._calls["dirty"]],
-            "nondiff": [_where(t, args, outs, extras)[1] for t in rec._calls["nondiff"]],
-            "materialize": rec._calls["materialize"], "n_out": len(outs), "single": single,
-        }
-        slot = _SLOT.get()
-        if slot is not None:
-            slot.append(plan)
-        if not extras:
-            return out
-        return (*outs, *(e.detach() for e in extras))
-
-    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-        plan = _SLOT.get()[-1]
-        outs = output if isinstance(output, tuple) else (output,)
-
-        def resolve(where: tuple[str, Any]) -> Any:
-            kind, i = where
-            return i if kind == "value" else inputs[i] if kind == "in" else outs[i]
-
-        ctx.save_for_backward(*(resolve(w) for w in plan["saved"]))
-        for k, w in plan["attrs"].items():
-            setattr(ctx, k, resolve(w))
-        if plan["dirty"]:
-            ctx.mark_dirty(*(inputs[i] for i in plan["dirty"]))
-        nondiff = [outs[i] for i in plan["nondiff"]] + list(outs[plan["n_out"]:])
-        if nondiff:
-            ctx.mark_non_differentiable(*nondiff)
-        if plan["materialize"] is not None:
-            ctx.set_materialize_grads(plan["materialize"])
-        ctx._funcbwd_n_out = plan["n_out"]
-
-    def backward(ctx: Any, *grads: Any) -> Any:
-        with InplaceMode():
-            return cls.backward(ctx, *grads[:ctx._funcbwd_n_out])
-
-    return type(cls.__name__, (torch.autograd.Function,), {
-        "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
-        "backward": staticmethod(backward), "generate_vmap_rule": True, "_funcbwd_wrapped": True,
-        "__qualname__": f"{cls.__qualname__} (setup_context style)", "__module__": cls.__module__,
-    })
-
-
-@functools.lru_cache(maxsize=None)
-def _backward_under_mode(cls: type) -> type:
-    """``cls`` (setup_context style) with its ``backward`` run under an :class:`InplaceMode`."""
-
-    def backward(ctx: Any, *grads: Any) -> Any:
-        with InplaceMode():
-            return cls.backward(ctx, *grads)
-
-    return type(cls.__name__, (cls,), {"backward": staticmethod(backward),
-                                       "vjp": staticmethod(backward),
-                                       "__qualname__": cls.__qualname__,
-                                       "_funcbwd_wrapped": True})
-
-
-def _apply_converting(original: Callable[..., Any]) -> Callable[..., Any]:
-    def apply(cls, *args: Any, **kwargs: Any) -> Any:
-        if not (_ACTIVE.get() and internals.stack_depth()) or cls.__dict__.get("_funcbwd_wrapped"):
-            return original(cls, *args, **kwargs)
-        if not internals.function_is_old_style(cls):
-            return original(_backward_under_mode(cls), *args, **kwargs)
-        token = _SLOT.set([])
-        try:
-            out = _converted(cls).apply(*args, **kwargs)
-            plan = _SLOT.get()[-1]
-        finally:
-            _SLOT.reset(token)
-        if not isinstance(out, tuple) or plan["single"] and len(out) == 1:
-            return out
-        outs = out[:plan["n_out"]]
-        return outs[0] if plan["single"] else outs
-
-    return apply
-
-
-class functions_converted:
-    """While active (and the mode flag is set), old-style Functions' ``apply`` converts them."""
-
-    def __enter__(self) -> None:
-        self._token = _ACTIVE.set(True)
-        self._patch = internals.function_apply_replaced(_apply_converting)
-        self._patch.__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            self._patch.__exit__(*exc)
-        finally:
-            _ACTIVE.reset(self._token)

@@ -29,7 +29,8 @@ import torch
 
 from funcbwd import internals
 from funcbwd.errors import FuncbwdError, first_line
-from funcbwd.tool.inplace import InplaceMode, functions_converted, mode_active
+from funcbwd.tool.inplace import InplaceMode
+from funcbwd.tool.oldstyle import functions_converted, mode_active
 
 __all__ = ["vmap", "allow_inplace", "fixable", "run_inplace"]
 

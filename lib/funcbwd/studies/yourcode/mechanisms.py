@@ -57,7 +57,8 @@ def _batched() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _lazy() -> Iterator[None]:
-    from funcbwd.tool.inplace import InplaceMode, functions_converted
+    from funcbwd.tool.inplace import InplaceMode
+    from funcbwd.tool.oldstyle import functions_converted
 
     with functions_converted(), InplaceMode():
         yield
