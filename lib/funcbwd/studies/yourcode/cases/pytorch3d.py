@@ -104,6 +104,15 @@ def _rotations(gen, n):
     return o.reshape(n, 3, 3)
 
 
+def _axis_angle_args(gen):
+    """Three random rotations and a half turn 2 n n^T - I about a random axis n (its angle is
+    exactly pi: the near_pi rows are written too)."""
+    n = randn(gen, 3)
+    n = n / n.norm()
+    half_turn = 2 * torch.outer(n, n) - torch.eye(3)
+    return (torch.cat([_rotations(gen, 3), half_turn[None]]),)
+
+
 # facebookresearch/pytorch3d pytorch3d/transforms/so3.py hat (HEAD 9381c401; written this way
 # since 9f14e82b)
 def hat(v: torch.Tensor) -> torch.Tensor:
@@ -146,7 +155,7 @@ CASES = [
          "e43ed8c7)",
          "axis_angles = empty_like(omegas); axis_angles[~near_pi] = ...; axis_angles[near_pi] = ...",
          ("like", "mask"), simple(matrix_to_axis_angle), matrix_to_axis_angle_rewrite,
-         lambda g: (_rotations(g, 4),)),
+         _axis_angle_args),
     Case("pytorch3d:so3.hat", "pytorch3d",
          "facebookresearch/pytorch3d pytorch3d/transforms/so3.py hat (9381c401)",
          "h = torch.zeros((N, 3, 3)); h[:, 0, 1] = -z ... from v.unbind(1)",
