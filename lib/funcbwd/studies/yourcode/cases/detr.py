@@ -73,16 +73,16 @@ def detr_inputs_rewrite(img_a, img_b):
     imgs = [img_a, img_b]
     c, h, w = (max(i.shape[d] for i in imgs) for d in range(3))
     padded = [F.pad(i, (0, w - i.shape[2], 0, h - i.shape[1], 0, c - i.shape[0])) for i in imgs]
-    masks = [F.pad(torch.zeros(i.shape[1:], dtype=torch.bool), (0, w - i.shape[2], 0, h - i.shape[1]),
-                   value=True) for i in imgs]
+    masks = [F.pad(torch.zeros(i.shape[1:], dtype=torch.bool),
+                   (0, w - i.shape[2], 0, h - i.shape[1]), value=True) for i in imgs]
     return _out(NestedTensor(torch.stack(padded), torch.stack(masks)))
 
 
 CASES = [
     Case("detr:nested_tensor_from_tensor_list", "detr",
          "facebookresearch/detr util/misc.py nested_tensor_from_tensor_list (29901c51)",
-         "tensor = torch.zeros(batch_shape); for img, pad_img, m in zip(tensor_list, tensor, mask): "
-         "pad_img[: c, : h, : w].copy_(img); m[: h, : w] = False",
+         "tensor = torch.zeros(batch_shape); for img, pad_img, m in "
+         "zip(tensor_list, tensor, mask): pad_img[: c, : h, : w].copy_(img); m[: h, : w] = False",
          ("factory", "views"), lambda decorate: decorate(detr_inputs), detr_inputs_rewrite,
          lambda g: (randn(g, 3, 4, 5), randn(g, 3, 5, 3)), batched=(0, 1), diff=0),
 ]

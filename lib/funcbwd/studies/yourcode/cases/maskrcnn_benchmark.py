@@ -118,7 +118,8 @@ CASES = [
     Case("maskrcnn_benchmark:BoxCoder.decode", "maskrcnn-benchmark",
          "facebookresearch/maskrcnn-benchmark maskrcnn_benchmark/modeling/box_coder.py "
          "BoxCoder.decode (379baece)",
-         "pred_boxes = torch.zeros_like(rel_codes); pred_boxes[:, 0::4] = pred_ctr_x - 0.5 * pred_w; "
+         "pred_boxes = torch.zeros_like(rel_codes); "
+         "pred_boxes[:, 0::4] = pred_ctr_x - 0.5 * pred_w; "
          "... [:, 3::4]; one set of codes decoded against a batch of reference boxes, "
          "derivative w.r.t. the codes",
          ("like",), _build, decode_rewrite, _args, batched=(1,), diff=0),

@@ -221,8 +221,9 @@ CASES = [
          "bayesiains/nflows nflows/transforms/splines/rational_quadratic.py "
          "unconstrained_rational_quadratic_spline, rational_quadratic_spline; "
          "nflows/utils/torchutils.py searchsorted (5d223444)",
-         "outputs = zeros_like(inputs); outputs[outside] = inputs[outside]; logabsdet[outside] = 0; "
-         "outputs[inside], logabsdet[inside] = spline(...); knots pinned by cumwidths[..., 0] = left "
+         "outputs = zeros_like(inputs); outputs[outside] = inputs[outside]; "
+         "logabsdet[outside] = 0; outputs[inside], logabsdet[inside] = spline(...); "
+         "knots pinned by cumwidths[..., 0] = left "
          "into F.pad results; searchsorted's bin_locations[..., -1] += eps",
          ("like", "mask", "arith", "value_read"), _build, spline_rewrite, _args,
          batched=(0, 1, 2, 3), diff=0),

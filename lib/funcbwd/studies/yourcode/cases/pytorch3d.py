@@ -153,7 +153,8 @@ CASES = [
          ("like", "mask"), simple(_sqrt_positive_part), _sqrt_positive_part_rewrite, _sqrt_args),
     Case("pytorch3d:matrix_to_axis_angle", "pytorch3d", f"{_ROT} matrix_to_axis_angle (fast=True; "
          "e43ed8c7)",
-         "axis_angles = empty_like(omegas); axis_angles[~near_pi] = ...; axis_angles[near_pi] = ...",
+         "axis_angles = empty_like(omegas); axis_angles[~near_pi] = ...; "
+         "axis_angles[near_pi] = ...",
          ("like", "mask"), simple(matrix_to_axis_angle), matrix_to_axis_angle_rewrite,
          _axis_angle_args),
     Case("pytorch3d:so3.hat", "pytorch3d",

@@ -1,12 +1,13 @@
 """RoMa (naver/roma): in-place code in ``roma/mappings.py``, the rotation-representation mappings.
 
-Each case re-creates one upstream function, trimmed (docstrings and asserts cut;
+Each case re-creates one upstream function, trimmed (docstrings cut;
 ``roma.internal.flatten_batch_dims`` / ``unflatten_batch_dims`` inlined for the (B, ...) inputs
 used here, where they are a no-op); the in-place lines are kept exactly as written upstream.
 Commits: HEAD 8ce9ed98f6bd3a137be144a4588dbc0e350cff52 (2026-08-20) for
-``rotmat_to_unitquat`` and ``procrustes_naive``; the 1.0 release f61ff7b903b80df70ad463b4814f80233111e5a8
-(2021-06-29) for ``unitquat_to_rotvec`` (its mask writes were replaced by ``torch.where`` in
-4faa9af6, 2026-02-09).
+``rotmat_to_unitquat`` and ``procrustes_naive``; the first GitHub release,
+f61ff7b903b80df70ad463b4814f80233111e5a8 (2021-06-29), for ``unitquat_to_rotvec`` (its ``scale`` mask writes became ``inv_sinc`` in v1.5.5,
+1af39b98, 2026-02-06; its sign flip ``quat[quat[:, 3] < 0] *= -1`` became arithmetic in 4faa9af6,
+2026-02-09).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def special_procrustes_naive_rewrite(M):
     return U @ SVt
 
 
-# naver/roma roma/mappings.py unitquat_to_rotvec (release f61ff7b9, 2021-06-29)
+# naver/roma roma/mappings.py unitquat_to_rotvec (first GitHub release f61ff7b9, 2021-06-29)
 def unitquat_to_rotvec(quat):
     # roma.internal.flatten_batch_dims(quat, end_dim=-2) on a (B, 4) input: a no-op
     # We perform a copy to support auto-differentiation.
@@ -176,7 +177,8 @@ CASES = [
          "SVt = Vt.clone(); SVt[flip, -1, :] *= -1 with flip from det(U) det(Vt) < 0 under no_grad",
          ("like", "mask", "arith"), simple(special_procrustes_naive),
          special_procrustes_naive_rewrite, lambda g: (randn(g, 4, 3, 3),)),
-    Case("roma:unitquat_to_rotvec", "roma", f"{_MAP} unitquat_to_rotvec (release f61ff7b9, 2021)",
+    Case("roma:unitquat_to_rotvec", "roma",
+         f"{_MAP} unitquat_to_rotvec (first GitHub release f61ff7b9, 2021)",
          "quat = quat.clone(); quat[quat[:, 3] < 0] *= -1; scale = torch.empty(B); "
          "scale[small_angle] = ...; scale[large_angle] = ...",
          ("like", "factory", "mask", "arith"), simple(unitquat_to_rotvec),

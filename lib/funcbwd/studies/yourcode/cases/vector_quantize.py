@@ -98,7 +98,8 @@ def _build(decorate):
 
 def _rewrite(x):
     flatten = x.reshape(-1, DIM)
-    dist = flatten.pow(2).sum(1, keepdim=True) - 2 * flatten @ _EMBED + _EMBED.pow(2).sum(0, keepdim=True)
+    dist = (flatten.pow(2).sum(1, keepdim=True) - 2 * flatten @ _EMBED
+            + _EMBED.pow(2).sum(0, keepdim=True))
     ind = (-dist).argmax(1)
     quantize = _EMBED.transpose(0, 1)[ind].view(x.shape)
     loss = ((quantize - x) ** 2).mean()
