@@ -2,8 +2,7 @@
 into ``torch.zeros_like(rel_codes)``.
 
 Re-creates ``BoxCoder.decode`` from ``maskrcnn_benchmark/modeling/box_coder.py`` at commit
-379baece5c1b1a5b2e0d923721e0e0e7236c6bce, as written (nothing trimmed but ``encode``; the same
-code was in torchvision's ``BoxCoder.decode_single`` before it moved to ``torch.stack``). The
+379baece5c1b1a5b2e0d923721e0e0e7236c6bce, as written (nothing trimmed but ``encode``). The
 coder is built fresh per ``build`` with Faster R-CNN's box-head weights (10, 10, 5, 5); the
 decorator goes on the method, as on a module's forward. The case decodes one set of regression
 codes against a batch of reference boxes (anchor sets): ``zeros_like(rel_codes)`` is then

@@ -5,7 +5,7 @@ into a ``torch.empty`` scratch tensor through ``scratch.data[index] = value`` in
 Re-creates ``_UncheckedAssign`` and ``_runge_kutta_step`` from ``torchdiffeq/_impl/rk_common.py``
 and the Bogacki-Shampine tableau from ``torchdiffeq/_impl/bosh3.py`` at HEAD
 657943acefa826ef04c025ebeb1ff5e9d60dc268 (2025-04-03; rk_common.py last changed in c41c8be3,
-2025-03-25). Nothing in them is trimmed. The tableau is cast to the state's dtype as
+2025-03-25). Only ``_runge_kutta_step``'s docstring is trimmed. The tableau is cast to the state's dtype as
 ``RKAdaptiveStepsizeODESolver.__init__`` does; ``func`` is a small user vector field taking the
 ``perturb`` keyword like torchdiffeq's ``_PerturbFunc``. The decorator goes on the user's step
 function (the Function is called inside library code, and reads back the stages it wrote).

@@ -3,8 +3,8 @@ exponential-moving-average updates of its buffers.
 
 Re-creates ``ema_inplace``, ``laplace_smoothing`` and ``VectorQuantize`` from
 ``vector_quantize_pytorch/vector_quantize_pytorch.py`` at 102b982d4d7c7e4f34042d2d5904b1e26981d664
-(2020-10-21, "return quantized indices as well"; the module as first published, before the
-codebook moved into ``EuclideanCodebook``, where ``ema_inplace`` still writes ``old.data.lerp_``).
+(2020-10-21, "return quantized indices as well"): the early single-class module, before the
+codebook moved into ``EuclideanCodebook`` (where ``ema_inplace`` still writes ``old.data.lerp_``).
 Nothing is trimmed. The module is built fresh per ``build`` with a seeded codebook; in training
 mode its forward writes the buffers ``cluster_size``, ``embed_avg`` and ``embed`` through
 ``.data`` with values computed from the (batched) input. The output does not read what the
