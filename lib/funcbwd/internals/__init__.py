@@ -357,5 +357,6 @@ from funcbwd.internals.levels import (  # noqa: E402,F401
     swap_impl,
     vmap_impl_replaced,
     vmap_levels,
+    wrapper_levels,
     zeros_at_every_level,
 )

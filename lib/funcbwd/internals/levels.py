@@ -123,3 +123,17 @@ def leaves(tree) -> list:
     """The leaves of a nest of tuples, lists and dicts (torch's pytree)."""
     from torch.utils._pytree import tree_flatten
     return tree_flatten(tree)[0]
+
+
+def wrapper_levels(t: torch.Tensor) -> frozenset[int]:
+    """Every functorch level ``t`` is wrapped or batched at (and, at the current jvp level, its
+    tangent's): a tensor lacking one of a value's levels was made outside that transform."""
+    levels = {_F.maybe_get_level(c) for c, k in _levels(t) if k != "Dense"}
+    if _F.is_gradtrackingtensor(t):
+        try:
+            tangent = torch.autograd.forward_ad.unpack_dual(t).tangent
+        except RuntimeError:
+            tangent = None
+        if tangent is not None:
+            levels |= {_F.maybe_get_level(c) for c, k in _levels(tangent) if k != "Dense"}
+    return frozenset(levels)

@@ -33,7 +33,10 @@ buffers) are left to torch (and refused under vmap, as before); aliases made out
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import traceback
+import warnings
 import weakref
 from typing import Any
 
@@ -43,7 +46,27 @@ from torch.overrides import TorchFunctionMode
 from funcbwd import internals
 from funcbwd.errors import FuncbwdError
 
-__all__ = ["InplaceMode", "InplaceModeError"]
+__all__ = ["InplaceMode", "InplaceModeError", "BorrowedTensorWarning", "current"]
+
+
+_CURRENT: contextvars.ContextVar["InplaceMode | None"] = contextvars.ContextVar(
+    "funcbwd_inplace_mode", default=None)
+
+
+def current() -> "InplaceMode | None":
+    """The innermost :class:`InplaceMode` active in this context, if any."""
+    return _CURRENT.get()
+
+
+class BorrowedTensorWarning(UserWarning):
+    """In-place code wrote batched values into a tensor the caller owns (see InplaceMode)."""
+
+
+def _user_line() -> str:
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        if "/torch/" not in frame.filename and "/funcbwd/tool/" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno}"
+    return "?"
 
 
 class InplaceModeError(FuncbwdError):
@@ -60,7 +83,10 @@ _ELEMENTWISE = {
     "log10", "exp2", "sign", "floor", "ceil", "round", "minimum", "maximum", "relu", "softplus",
     "float", "double", "to", "type_as", "detach", "clone", "contiguous", "where", "lerp",
     "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
-    "__rtruediv__", "__pow__", "__rpow__", "__neg__", "__abs__", "rsub",
+    "__rtruediv__", "__pow__", "__rpow__", "__neg__", "__abs__", "rsub", "sinc", "atan2",
+    "hypot", "xlogy", "logaddexp", "frac", "trunc", "fmod", "remainder", "digamma", "lgamma",
+    "erfc", "erfinv", "logit", "nan_to_num", "addcmul", "addcdiv", "__mod__", "__floordiv__",
+    "floor_divide", "copysign", "cosh", "asinh", "acosh", "atanh", "silu", "gelu", "elu",
 }
 #: attribute reads that do not depend on a selection's shape
 _HARMLESS = {"dtype", "device", "requires_grad", "is_floating_point", "is_complex", "__get__",
@@ -104,8 +130,24 @@ class InplaceMode(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.nodes: dict[int, _Node] = {}
-        self.selections: dict[int, tuple[weakref.ref, torch.Tensor]] = {}  # id(dense) -> mask
+        self.selections: dict[int, tuple[weakref.ref, tuple]] = {}  # id(dense) -> (mask, rest)
         self.promoted = 0
+        self.borrowed: list[tuple[torch.Tensor, torch.Tensor]] = []  # (caller's, its old contents)
+        self.caller_aliases: dict[int, weakref.ref] = {}  # aliases of caller's tensors made here
+        self.provenance: dict[int, tuple] = {}  # id(bool tensor) -> (ref, how it was computed)
+
+    def __enter__(self) -> "InplaceMode":
+        self._token = _CURRENT.set(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            _CURRENT.reset(self._token)
+            for t, old in reversed(self.borrowed):  # the caller's tensors as they were
+                internals.swap_impl(t, old)
+            self.borrowed.clear()
 
     # --- bookkeeping ---------------------------------------------------------------------------
     def _node(self, t: Any) -> _Node | None:
@@ -119,15 +161,15 @@ class InplaceMode(TorchFunctionMode):
         self.nodes[key] = node
         weakref.finalize(t, self.nodes.pop, key, None)
 
-    def _selection(self, t: Any) -> torch.Tensor | None:
+    def _selection(self, t: Any) -> tuple | None:
         if not isinstance(t, torch.Tensor):
             return None
         hit = self.selections.get(id(t))
         return hit[1] if hit is not None and hit[0]() is t else None
 
-    def _select(self, dense: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _select(self, dense: torch.Tensor, found: tuple) -> torch.Tensor:
         key = id(dense)
-        self.selections[key] = (weakref.ref(dense), mask)
+        self.selections[key] = (weakref.ref(dense), found)
         weakref.finalize(dense, self.selections.pop, key, None)
         return dense
 
@@ -159,8 +201,43 @@ class InplaceMode(TorchFunctionMode):
             if node is not None and node.stale:
                 self._refresh(node)
 
+    def _borrow(self, t: torch.Tensor) -> None:
+        """Promote a tensor the caller owns (a closure, a module's buffer or cache) for the rest of
+        the call, and give it back as it was when the call ends: each batch entry sees its own
+        writes inside the call; after it, no one entry's value would be right."""
+        new = internals.zeros_at_every_level(t.shape, t.dtype, t.device)
+        new.copy_(t)
+        internals.swap_impl(t, new)  # ``new`` now holds the caller's contents
+        self.borrowed.append((t, new))
+        warnings.warn(f"in-place write of per-sample values into a tensor the caller owns "
+                      f"(shape {tuple(new.shape)}, at {_user_line()}): each batch entry sees its "
+                      "own writes during the call; the tensor is restored when it ends",
+                      BorrowedTensorWarning, stacklevel=2)
+
+    def promote_arguments(self, args: tuple) -> None:
+        """Before a custom Function runs: fresh arguments lacking a vmap level of another argument
+        are promoted (its ``forward`` may write into them, where the mode cannot see)."""
+        tensors = _tensors(args)
+        for t in tensors:
+            if self._node(t) is not None:
+                self._maybe_promote(t, [o for o in tensors if o is not t])
+
     def _maybe_promote(self, target: Any, others: list[torch.Tensor]) -> None:
         node = self._node(target)
+        if node is None and isinstance(target, torch.Tensor) and others:
+            have = internals.wrapper_levels(target)
+            need = set()
+            for o in others:
+                need |= internals.wrapper_levels(o)
+            if need - have and not any(t is target for t, _ in self.borrowed):
+                alias = self.caller_aliases.get(id(target))
+                if alias is not None and alias() is target:
+                    raise InplaceModeError(
+                        f"in-place write of per-sample values through a view or .data of a tensor "
+                        f"the caller owns (at {_user_line()}): funcbwd cannot batch the tensor "
+                        "behind it; write into the tensor itself, or return the new value")
+                self._borrow(target)
+            return
         if node is None or not others:
             return
         have = internals.vmap_levels(target)
@@ -183,17 +260,46 @@ class InplaceMode(TorchFunctionMode):
                 return selected
         if name == "__setitem__":
             return self._setitem(func, *args)
+        if getattr(func, "__self__", None) is torch.Tensor.data and internals.vmap_active():
+            return self._data(args[0])  # torch refuses ``.data`` under vmap
         if name == "__getitem__":
             masked = self._masked_getitem(args[0], args[1])
             if masked is not None:
                 return masked
         if _inplace(name) and args:
             self._maybe_promote(args[0], _tensors((args[1:], kwargs)))
+        elif isinstance(kwargs.get("out"), torch.Tensor) and internals.vmap_active():
+            return self._out(func, args, kwargs)
         if name in ("unbind", "split", "chunk") and self._node(args[0]) is not None:
             return self._as_single_views(func, name, args, kwargs)
         out = func(*args, **kwargs)
         self._track(func, args, kwargs, out)
+        if isinstance(out, torch.Tensor) and out.dtype == torch.bool:
+            self._mask_provenance(name, args, kwargs, out)
         return out
+
+    def _out(self, func, args: tuple, kwargs: dict) -> torch.Tensor:
+        """``op(..., out=t)`` under vmap (most ``.out`` overloads have no batching rule): the op
+        out of place, then ``t.copy_`` of the result (``t`` promoted as any in-place target)."""
+        rest = {k: v for k, v in kwargs.items() if k != "out"}
+        result = func(*args, **rest)
+        target = kwargs["out"]
+        self._maybe_promote(target, [result])
+        target.copy_(result)
+        return target
+
+    def _mask_provenance(self, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
+        """Remember how a boolean tensor was computed, so that ``~m`` computed twice selects the
+        same places (:meth:`_same`)."""
+        parts = tuple((self.mask_key(a) if isinstance(a, torch.Tensor) else a)
+                      for a in (*args, *sorted(kwargs.items())))
+        key = id(out)
+        self.provenance[key] = (weakref.ref(out), (name, parts), args)  # args kept alive
+        weakref.finalize(out, self.provenance.pop, key, None)
+
+    def mask_key(self, m: torch.Tensor) -> Any:
+        hit = self.provenance.get(id(m))
+        return hit[1] if hit is not None and hit[0]() is m else id(m)
 
     def _track(self, func, args, kwargs, out) -> None:
         if not isinstance(out, torch.Tensor) or self._node(out) is not None:
@@ -207,8 +313,23 @@ class InplaceMode(TorchFunctionMode):
             self._remember(out, node)
             return
         if any(internals.alias_of(out, a) for a in _tensors((args, kwargs))):
-            return  # a view of something the caller owns (or an in-place op's own result)
+            if out is not first:  # a view of something the caller owns
+                self.caller_aliases[id(out)] = weakref.ref(out)
+            return
         self._remember(out, _Node(out, None, None))
+
+    def _data(self, t: torch.Tensor) -> torch.Tensor:
+        """``t.data`` under vmap: ``t.detach()`` (the same storage, no autograd history), tracked
+        as a view of ``t`` when ``t`` is fresh."""
+        out = t.detach()
+        parent = self._node(t)
+        if parent is not None:
+            node = _Node(out, parent, lambda p: p.detach())
+            parent.root().views.append(node)
+            self._remember(out, node)
+        else:
+            self.caller_aliases[id(out)] = weakref.ref(out)
+        return out
 
     def _as_single_views(self, func, name, args, kwargs):
         t = args[0]
@@ -233,58 +354,70 @@ class InplaceMode(TorchFunctionMode):
 
     # --- boolean masks -----------------------------------------------------------------------
     @staticmethod
-    def _bool_mask(index: Any) -> torch.Tensor | None:
-        if isinstance(index, tuple) and len(index) == 1:
-            index = index[0]
-        if isinstance(index, torch.Tensor) and index.dtype == torch.bool:
-            return index
-        return None
+    def _bool_mask(index: Any) -> tuple[torch.Tensor, tuple] | None:
+        """``(mask, rest)`` for an index ``mask`` or ``(mask, *rest)`` with a bool tensor first and
+        only basic indices (ints, slices) after it; None for any other index."""
+        parts = index if isinstance(index, tuple) else (index,)
+        if not parts or not (isinstance(parts[0], torch.Tensor) and parts[0].dtype == torch.bool):
+            return None
+        rest = parts[1:]
+        if not all(isinstance(r, (int, slice)) for r in rest):
+            return None
+        return parts[0], rest
 
     @staticmethod
-    def _broadcast_mask(mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        return mask.reshape(mask.shape + (1,) * (t.dim() - mask.dim()))
+    def _region(t: torch.Tensor, mask: torch.Tensor, rest: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        """The view of ``t`` the masked index addresses (mask dims kept whole) and the mask shaped
+        to broadcast over it."""
+        view = t[(slice(None),) * mask.dim() + rest] if rest else t
+        return view, mask.reshape(mask.shape + (1,) * (view.dim() - mask.dim()))
 
     def _masked_getitem(self, x: torch.Tensor, index: Any) -> torch.Tensor | None:
-        mask = self._bool_mask(index)
-        if mask is None or not internals.vmap_levels(mask):
+        found = self._bool_mask(index)
+        if found is None or not internals.vmap_levels(found[0]):
             return None
-        m = self._broadcast_mask(mask, x).expand(x.shape)
+        view, m = self._region(x, *found)
+        m = m.expand(view.shape)
         first = m.reshape(-1).to(torch.int8).argmax()  # a selected element (0 if none)
-        fill = x.reshape(-1).gather(0, first.reshape(1)).reshape(())
-        return self._select(torch.where(m, x, fill), mask)
+        # the unselected places never reach an output (a write t[mask] = ... drops them): detached,
+        # so no backward saves x, which the code may write next
+        fill = view.detach().reshape(-1).gather(0, first.reshape(1)).reshape(())
+        return self._select(torch.where(m, view, fill), found)
+
+    def _same(self, a: tuple, b: tuple) -> bool:
+        return (a[0] is b[0] or self.mask_key(a[0]) == self.mask_key(b[0])) and a[1] == b[1]
 
     def _selected_call(self, func, name, args, kwargs):
         flat = _tensors((args, kwargs))
-        masks = [m for m in (self._selection(a) for a in flat) if m is not None]
-        if not masks:
-            return None
-        if name == "__setitem__":
+        keys = [k for k in (self._selection(a) for a in flat) if k is not None]
+        if not keys or name == "__setitem__":
             return None
         if name in _HARMLESS:
             return func(*args, **kwargs)
-        if name not in _ELEMENTWISE or any(m is not masks[0] for m in masks):
+        base = name[3:-2] if name.startswith("__i") and name.endswith("__") else name.rstrip("_")
+        if (base not in _ELEMENTWISE and f"__{base}__" not in _ELEMENTWISE) or not all(
+                self._same(k, keys[0]) for k in keys):
             raise InplaceModeError(
                 f"x[mask] with a mask batched under vmap reached {name or func!r}: funcbwd carries "
                 "such a selection only through elementwise ops into a write t[mask] = ...; compute "
                 "on the whole tensor and use torch.where instead")
         out = func(*args, **kwargs)
-        return self._select(out, masks[0]) if isinstance(out, torch.Tensor) else out
+        return self._select(out, keys[0]) if isinstance(out, torch.Tensor) else out
 
     def _setitem(self, func, t: torch.Tensor, index: Any, value: Any):
-        mask = self._bool_mask(index)
+        found = self._bool_mask(index)
         selection = self._selection(value)
-        if mask is not None and (selection is not None or internals.vmap_levels(mask)):
-            if selection is not None and selection is not mask:
+        if found is not None and (selection is not None or internals.vmap_levels(found[0])):
+            if selection is not None and not self._same(selection, found):
                 raise InplaceModeError("t[mask] = v with v selected by a different mask: funcbwd "
                                        "cannot align the two selections; use torch.where")
             if selection is None and isinstance(value, torch.Tensor) and value.dim() > 0:
                 raise InplaceModeError("t[mask] = v with a mask batched under vmap and v neither a "
                                        "scalar nor x[mask]: the shape of t[mask] varies per batch "
                                        "entry; use torch.where")
-            m = self._broadcast_mask(mask, t)
-            new = torch.where(m, value, t)
-            self._maybe_promote(t, _tensors((new,)))
-            t.copy_(new)
+            self._maybe_promote(t, _tensors((found[0], value)))
+            view, m = self._region(t, *found)
+            view.copy_(torch.where(m, value, view))
             return None
         self._maybe_promote(t, _tensors((index, value)))
         return func(t, index, value)

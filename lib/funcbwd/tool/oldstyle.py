@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 
 from funcbwd import internals
-from funcbwd.tool.inplace import InplaceMode
+from funcbwd.tool.inplace import InplaceMode, current
 
 __all__ = ["functions_converted", "mode_active"]
 
@@ -90,7 +90,8 @@ def _converted(cls: type) -> type:
 
     def forward(*args: Any) -> Any:
         rec = _RecordingCtx(len(args))
-        out = cls.forward(rec, *args)
+        with InplaceMode():  # torch runs a Function's forward with the caller's modes off
+            out = cls.forward(rec, *args)
         single = not isinstance(out, tuple)
         outs = (out,) if single else tuple(out)
         extras: list[torch.Tensor] = []
@@ -141,13 +142,19 @@ def _converted(cls: type) -> type:
 
 @functools.lru_cache(maxsize=None)
 def _backward_under_mode(cls: type) -> type:
-    """``cls`` (setup_context style) with its ``backward`` run under an :class:`InplaceMode`."""
+    """``cls`` (setup_context style) with its ``forward`` and ``backward`` run under an
+    :class:`InplaceMode` each."""
+
+    def forward(*args: Any) -> Any:
+        with InplaceMode():  # torch runs a Function's forward with the caller's modes off
+            return cls.forward(*args)
 
     def backward(ctx: Any, *grads: Any) -> Any:
         with InplaceMode():
             return cls.backward(ctx, *grads)
 
-    return type(cls.__name__, (cls,), {"backward": staticmethod(backward),
+    return type(cls.__name__, (cls,), {"forward": staticmethod(forward),
+                                       "backward": staticmethod(backward),
                                        "vjp": staticmethod(backward),
                                        "__qualname__": cls.__qualname__,
                                        "_funcbwd_wrapped": True})
@@ -157,6 +164,9 @@ def _apply_converting(original: Callable[..., Any]) -> Callable[..., Any]:
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
         if not (_ACTIVE.get() and internals.stack_depth()) or cls.__dict__.get("_funcbwd_wrapped"):
             return original(cls, *args, **kwargs)
+        mode = current()
+        if mode is not None:
+            mode.promote_arguments(args)
         if not internals.function_is_old_style(cls):
             return original(_backward_under_mode(cls), *args, **kwargs)
         token = _SLOT.set([])

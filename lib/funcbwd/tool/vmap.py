@@ -12,14 +12,18 @@ today's cost). Only when that raises one of the errors in-place code causes (:fu
 the call re-run with :class:`funcbwd.tool.inplace.InplaceMode` (fresh tensors promoted when a
 batched value is written into them, batched-mask writes as ``where``, old-style
 ``autograd.Function`` classes converted; see that module), after putting torch's CPU random
-state back. A function that changed one of its tensor inputs in place before failing is not
-re-run (the retry would see the changed input): that raises one line saying so. A (function,
-argument signature) that needed the mode goes straight to it on later calls.
+state back; if that fails too, with the function :func:`funcbwd.functionalized` (which handles
+code autograd refuses as written, e.g. a buffer read after it was overwritten). If both fail,
+torch's own error is raised with one note saying what funcbwd tried. A function that changed one
+of its tensor inputs in place before failing is not re-run (the retry would see the changed
+input): that raises one line saying so. A (function, argument signature) that needed a retry goes
+straight to what worked on later calls.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import threading
 import weakref
@@ -36,13 +40,15 @@ __all__ = ["vmap", "allow_inplace", "fixable", "run_inplace"]
 
 #: messages of the errors in-place code raises under torch.func (and nothing else)
 _FIXABLE = (
-    "inplace arithmetic",                       # vmap: unbatched.inplace_(batched)
+    "is not possible because there exists a Tensor",  # vmap: unbatched.inplace_(batched)
+    "would mutate a captured Tensor",           # grad transforms: a caller's tensor written
     "operators that can support dynamic shape", # t[mask] = v with a batched mask
     "operators that can output dynamic shape",  # x[mask] (nonzero) with a batched mask
     "must override the setup_context",          # an old-style autograd.Function
     "is a view and is being modified inplace",  # unbind/split views written
     "do not allow the output views to be modified inplace",
     "doesn't match the broadcast shape",        # an unbatched out= / in-place target
+    ".out. We could not generate a fallback",   # an out= op into an unbatched tensor
 )
 
 
@@ -75,48 +81,77 @@ def run_inplace(call: Callable[[], Any]) -> Any:
         return call()
 
 
+_RETRYING: contextvars.ContextVar[bool] = contextvars.ContextVar("funcbwd_retrying", default=False)
+
+
 class _Retry:
-    """The plain attempt, the retry and the memory of what needed it, for one vmap'd function."""
+    """The plain attempt, the retries and the memory of what worked, for one vmap'd function."""
 
     _lock = threading.Lock()
-    _needed: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
+    _worked: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
     @classmethod
-    def call(cls, func: Callable[..., Any], run: Callable[[], Any], args: tuple,
-             kwargs: dict) -> Any:
-        if mode_active():
-            return run()  # already inside the mode: inner vmaps run under it
+    def _remember(cls, func: Any, sig: tuple, how: str) -> None:
+        with cls._lock:
+            try:
+                cls._worked.setdefault(func, {})[sig] = how
+            except TypeError:  # not weak-referenceable: no memory
+                pass
+
+    @classmethod
+    def call(cls, func: Callable[..., Any], make_run: Callable[[Any], Callable[[], Any]],
+             args: tuple, kwargs: dict) -> Any:
+        """``make_run(f)()`` runs torch's vmap of ``f`` on the call's arguments."""
+        if mode_active() or _RETRYING.get():
+            return make_run(func)()  # inside a retry: inner vmaps run as the retry runs them
         sig = _signature(args, kwargs)
         try:
-            needed = sig in cls._needed.get(func, ())
-        except TypeError:  # not weak-referenceable: no memory
-            needed = False
-        if needed:
-            return run_inplace(run)
+            how = cls._worked.get(func, {}).get(sig)
+        except TypeError:
+            how = None
+        if how is not None:
+            return _STAGES[how](func, make_run)
         rng = torch.get_rng_state()
         versions = _versions(args, kwargs)
         try:
-            return run()
+            return make_run(func)()
         except Exception as plain:  # noqa: BLE001 - only fixable errors are retried
             if not fixable(plain):
                 raise
-            changed = [v for t, v in versions if t._version != v]
-            if changed:
+            if any(t._version != v for t, v in versions):
                 raise FuncbwdError(
                     f"{getattr(func, '__name__', func)} wrote into one of its inputs before vmap "
                     f"refused an in-place write ({first_line(str(plain), 80)}); funcbwd does not "
                     "re-run it on changed inputs: clone the input first") from plain
-            torch.set_rng_state(rng)
-            try:
-                out = run_inplace(run)
-            except Exception as mechanism:  # noqa: BLE001
-                raise mechanism from plain
-            with cls._lock:
+            failures = []
+            for how, stage in _STAGES.items():
+                torch.set_rng_state(rng)
+                token = _RETRYING.set(True)
                 try:
-                    cls._needed.setdefault(func, set()).add(sig)
-                except TypeError:
-                    pass
-            return out
+                    out = stage(func, make_run)
+                except Exception as e:  # noqa: BLE001 - torch's own error, ours noted
+                    failures.append(f"{how}: {type(e).__name__}: {first_line(str(e), 120)}")
+                    continue
+                finally:
+                    _RETRYING.reset(token)
+                cls._remember(func, sig, how)
+                return out
+            plain.add_note("funcbwd could not run it either; " + "; ".join(failures))
+            raise plain from None
+
+
+def _mode_stage(func: Any, make_run: Callable[[Any], Callable[[], Any]]) -> Any:
+    return run_inplace(make_run(func))
+
+
+def _functionalized_stage(func: Any, make_run: Callable[[Any], Callable[[], Any]]) -> Any:
+    from funcbwd.tool.functionalized import functionalized
+
+    return make_run(functionalized(func, warn=False))()
+
+
+#: what is tried, in order, after torch's own vmap raised an in-place error
+_STAGES = {"in-place mode": _mode_stage, "functionalized": _functionalized_stage}
 
 
 def vmap(func: Callable[..., Any], in_dims: Any = 0, out_dims: Any = 0,
@@ -126,16 +161,17 @@ def vmap(func: Callable[..., Any], in_dims: Any = 0, out_dims: Any = 0,
 
     @functools.wraps(func)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        return _Retry.call(func, lambda: impl(func, in_dims, out_dims, randomness, chunk_size,
-                                              *args, **kwargs), args, kwargs)
+        return _Retry.call(func, lambda f: lambda: impl(f, in_dims, out_dims, randomness,
+                                                        chunk_size, *args, **kwargs), args, kwargs)
 
     return wrapped
 
 
 def _retrying(original: Callable[..., Any]) -> Callable[..., Any]:
     def vmap_impl(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs):
-        return _Retry.call(func, lambda: original(func, in_dims, out_dims, randomness, chunk_size,
-                                                  *args, **kwargs), args, kwargs)
+        return _Retry.call(func, lambda f: lambda: original(f, in_dims, out_dims, randomness,
+                                                            chunk_size, *args, **kwargs),
+                           args, kwargs)
 
     return vmap_impl
 

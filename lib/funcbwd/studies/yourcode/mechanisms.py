@@ -25,6 +25,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from funcbwd import internals
+from funcbwd.errors import first_line
 from funcbwd.studies.yourcode.case import Case, identity
 from funcbwd.studies.yourcode.check import run_cell
 
@@ -85,7 +86,11 @@ def run(mechanism: str, case: Case, transform: str) -> tuple[str, str]:
     if mechanism == "plain":
         return run_cell(transform, case.fn(identity), case)
     if mechanism == "decorator":
-        return run_cell(transform, case.fn(_decorate), case)
+        try:
+            fn = case.fn(_decorate)
+        except Exception as e:  # noqa: BLE001 - the decorator refused the code: the cell fails
+            return "fail", f"decorating raised {type(e).__name__}: {first_line(str(e), 140)}"
+        return run_cell(transform, fn, case)
     if mechanism == "batched":
         return run_cell(transform, case.fn(identity), case, within=_batched)
     if mechanism == "lazy":
