@@ -196,6 +196,24 @@ def test_a_callers_tensor_is_borrowed_for_the_call_and_given_back():
     assert not torch._C._functorch.is_batchedtensor(buf)
 
 
+def test_a_callers_tensor_converted_in_place_of_itself_is_borrowed_too():
+    class Holder:
+        cache = torch.zeros(4)
+
+    m = Holder()
+
+    def f(x):
+        m.cache = m.cache.to(x)  # llama's pattern: a no-op conversion, reassigned
+        m.cache[:2] = x
+        return m.cache * 2
+
+    xs = inputs(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", inplace.BorrowedTensorWarning)
+        got = funcbwd.vmap(lambda x: vjp(f, x)[1](torch.ones(4))[0])(xs)
+    torch.testing.assert_close(got, torch.full((B, 2), 2.0))
+
+
 def test_a_write_through_data_of_a_callers_tensor_fails_not_wrong():
     buf = torch.zeros(3)
 

@@ -21,7 +21,7 @@ from funcbwd.studies.coverage import summary as coverage_summary
 from funcbwd.studies.findings import findings
 from funcbwd.studies.matrix import matrix
 from funcbwd.studies.matrix import records
-from funcbwd.views import readme
+from funcbwd.views import corpus, readme
 from funcbwd.studies.deletable import render as live
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +29,7 @@ DATA = ROOT / "data"
 MATRIX_FILE = DATA / readme.MATRIX_FILE_NAME
 BENCH_FILE = DATA / readme.BENCH_FILE_NAME
 EVIDENCE_FILE = DATA / readme.EVIDENCE_FILE_NAME
+CORPUS_FILE_NAME = "yourcode-corpus.json"
 
 
 def _coverage() -> str:
@@ -48,6 +49,9 @@ RENDERERS = {
     "live": lambda i: live.markdown(json.loads((DATA / live.LIVE_FILE_NAME).read_text())),
     "bench": lambda i: readme.bench_markdown(i["bench"], source=str(BENCH_FILE.relative_to(ROOT))),
     "bad-input": lambda i: bad_input.markdown([bad_input.try_case(c) for c in bad_input.CASES]),
+    "corpus": lambda i: corpus.markdown(json.loads((DATA / CORPUS_FILE_NAME).read_text())),
+    "corpus-summary": lambda i: corpus.summary_markdown(
+        json.loads((DATA / CORPUS_FILE_NAME).read_text())),
 }
 
 

@@ -88,6 +88,9 @@ _ELEMENTWISE = {
     "erfc", "erfinv", "logit", "nan_to_num", "addcmul", "addcdiv", "__mod__", "__floordiv__",
     "floor_divide", "copysign", "cosh", "asinh", "acosh", "atanh", "silu", "gelu", "elu",
 }
+#: conversions that return their input when nothing changes (``self.cache = self.cache.to(x)``):
+#: under a transform torch returns a wrapper of the caller's tensor, which stands for it
+_NO_OP_CONVERSIONS = {"to", "type", "type_as", "contiguous", "float", "double", "cpu"}
 #: attribute reads that do not depend on a selection's shape
 _HARMLESS = {"dtype", "device", "requires_grad", "is_floating_point", "is_complex", "__get__",
              "grad_fn", "is_leaf", "layout", "__format__", "__repr__", "numel"}
@@ -313,7 +316,9 @@ class InplaceMode(TorchFunctionMode):
             self._remember(out, node)
             return
         if any(internals.alias_of(out, a) for a in _tensors((args, kwargs))):
-            if out is not first:  # a view of something the caller owns
+            whole = _name(func) in _NO_OP_CONVERSIONS and isinstance(
+                first, torch.Tensor) and out.shape == first.shape
+            if out is not first and not whole:  # a view of something the caller owns
                 self.caller_aliases[id(out)] = weakref.ref(out)
             return
         self._remember(out, _Node(out, None, None))

@@ -37,6 +37,8 @@ HOMES: dict[str, str] = {
     "live": "docs/deletable-branches.md",
     "bench": "docs/bench.md",
     "bad-input": "docs/bad-input.md",
+    "corpus": "docs/your-code.md",
+    "corpus-summary": "README.md",
 }
 WIDTH = 100  # columns of the prose the blocks wrap (rendered markdown joins the lines again)
 #: a word that, starting a line, would make it a list item, heading, quote, rule or fence

@@ -1,0 +1,113 @@
+"""The corpus of public in-place code (``data/yourcode-corpus.json``) as markdown: docs/your-code.md's ``corpus`` block.
+Rendering only: every count comes from :func:`funcbwd.studies.yourcode.run.summarize`."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from funcbwd.studies.yourcode.run import summarize
+from funcbwd.views.readme import wrap
+
+#: the targets of the in-place mode (the shipped mechanism)
+FIX_TARGET = 0.90
+LABELS = {
+    "decorator": "`@funcbwd.functionalized` where a user puts it",
+    "batched": "functorch#1025 option 1: factories batched under vmap (prototype)",
+    "lazy": "functorch#1025 option 2: lazy promotion on first batched write",
+    "mode": "`with funcbwd.allow_inplace():` (plain first, then the mode)",
+    "dropin": "`funcbwd.vmap` for the user's own vmap",
+}
+
+
+def _pct(a: int, b: int) -> str:
+    return f"{100 * a / b:.0f}%" if b else "n/a"
+
+
+def targets(data: dict) -> list[str]:
+    s = summarize(data)
+    mode = s["mechanisms"].get("mode")
+    if mode is None:
+        return ["the mode was not run: targets not measured"]
+    share = mode["fixed"] / mode["applicable"] if mode["applicable"] else 0.0
+    return [
+        f"the mode fixes >= {FIX_TARGET:.0%} of the cells where plain torch.func fails: "
+        f"{'met' if share >= FIX_TARGET else 'MISSED'} ({mode['fixed']} of {mode['applicable']}, "
+        f"{share:.1%})",
+        f"the mode breaks no cell that works plain: "
+        f"{'met' if not mode['regressions'] else 'MISSED'} ({len(mode['regressions'])} of "
+        f"{s['plain_ok']} plain-working cells fail or are wrong under it)",
+        f"no wrong answer (a value that differs from the per-sample loop): "
+        f"{'met' if not mode['wrong'] else 'MISSED'} ({len(mode['wrong'])} wrong cells)",
+    ]
+
+
+def markdown(data: dict, source: str = "data/yourcode-corpus.json") -> str:
+    s = summarize(data)
+    cases = data["cases"]
+    libraries = sorted({c["library"] for c in cases.values()})
+    intro = (f"{len(cases)} cases from {len(libraries)} public libraries and issues "
+             f"({', '.join(libraries)}), each under {len(data['transforms'])} transforms: "
+             f"{s['plain_failing']} cells where plain `torch.func` fails or is wrong, "
+             f"{s['plain_ok']} where it works"
+             + (f", {len(s['unknown'])} unknown (the truth itself raised)" if s["unknown"] else "")
+             + ". Every verdict is a value compared with a per-sample loop of torch's autograd on "
+             "the case's out-of-place rewrite (tolerance 1e-4).")
+    lines = wrap(intro) + ["", "| mechanism | fixes (of plain-failing cells) | regressions (of plain-working) "
+             "| wrong answers |", "|---|---|---|---|"]
+    for m, r in s["mechanisms"].items():
+        if m == "plain":
+            continue
+        lines.append(f"| {LABELS.get(m, m)} | {r['fixed']} of {r['applicable']} "
+                     f"({_pct(r['fixed'], r['applicable'])}) | {len(r['regressions'])} of "
+                     f"{s['plain_ok']} | {len(r['wrong'])} |")
+    lines += ["", *wrap("`dropin` counts only the vmap transforms (jacfwd and hessian have no vmap "
+                        "of the user's own to replace)."), "",
+              *wrap("By kind of in-place code (fixed of plain-failing cells; a case counts under "
+                    "each of its kinds):"), "",
+              "| kind | " + " | ".join(m for m in s["mechanisms"] if m != "plain") + " |",
+              "|---|" + "---|" * (len(s["mechanisms"]) - 1)]
+    kinds = sorted({k for r in s["mechanisms"].values() for k in r["by_class"]})
+    for k in kinds:
+        row = []
+        for m, r in s["mechanisms"].items():
+            if m == "plain":
+                continue
+            fixed, total = r["by_class"].get(k, [0, 0])
+            row.append(f"{fixed}/{total}")
+        lines.append(f"| {k} | " + " | ".join(row) + " |")
+    mode = s["mechanisms"].get("mode")
+    if mode:
+        details = {(c["case"], c["transform"]): c for c in data["cells"]
+                   if c["mechanism"] == "mode"}
+        why = Counter(details[k]["error"] or details[k]["verdict"] for k in mode["still_failing"])
+        by_case = Counter(n for n, _ in mode["still_failing"])
+        lines += ["", *wrap("Where the mode still fails, by the error it ends with: "
+                            + ", ".join(f"{k} {v}" for k, v in why.most_common()) + "; by case: "
+                            + ", ".join(f"`{n}` {v}" for n, v in sorted(by_case.items())) + ".")]
+    lines += ["", "Targets:", ""]
+    for t in targets(data):
+        lines += wrap(t, "- ", "  ")
+    lines += ["", *wrap(f"_Source: `{source}` (torch {data['torch']}); reproduce with "
+                        "`python -m funcbwd.studies.yourcode.run --out data/yourcode-corpus.json` "
+                        "(about a minute on one core)._")]
+    return "\n".join(lines)
+
+
+def summary_markdown(data: dict) -> str:
+    """The README's sentence on the corpus, its numbers and its target status computed."""
+    s = summarize(data)
+    mode = s["mechanisms"]["mode"]
+    libraries = {c["library"] for c in data["cases"].values()}
+    share = mode["fixed"] / mode["applicable"] if mode["applicable"] else 0.0
+    status = "met" if share >= FIX_TARGET else "missed"
+    return "\n".join(wrap(
+        f"On {len(data['cases'])} cases of in-place code from {len(libraries)} public libraries "
+        f"and issues, each under {len(data['transforms'])} transforms and checked against a "
+        f"per-sample loop, it fixes {mode['fixed']} of the {mode['applicable']} cells where plain "
+        f"torch.func fails (target {FIX_TARGET:.0%}: {status}, {share:.0%}), breaks "
+        f"{len(mode['regressions']) or 'none'} of the {s['plain_ok']} that work and gives "
+        f"{len(mode['wrong']) or 'no'} wrong answer{'s' if len(mode['wrong']) != 1 else ''}; "
+        "where it still fails, what no mechanism here can do (read a per-sample value) and what "
+        "it does not do yet: [docs/your-code.md](docs/your-code.md), with "
+        "`@funcbwd.functionalized` (a traced graph of your function) and "
+        "`python -m funcbwd doctor` (which in-place call breaks which transform)."))
