@@ -22,11 +22,6 @@ DATA = ROOT / "data" / "yourcode-corpus.json"
 
 #: case -> (transforms where the mode fails, why): the mode's expected failures
 MODE_FAILS: dict[str, tuple[tuple[str, ...], str]] = {
-    "llama:Attention.forward-kv_cache": (
-        ("vmap_vjp", "vmap_jacrev", "jacfwd", "hessian"),
-        "under grad transforms torch still refuses the write into the module's cache as a write "
-        "into a captured tensor after the mode promoted it (not understood yet; vmap alone and "
-        "a small re-creation of the pattern work)"),
     "nflows:unconstrained_rational_quadratic_spline": (
         ("vmap", "vmap_vjp", "vmap_jacrev", "vmap_vmap"),
         "`if torch.any(inside_interval_mask)`: a Python branch on a per-sample value"),
