@@ -350,6 +350,7 @@ from funcbwd.internals.dispatcher import (  # noqa: E402,F401
 # in-place under vmap (funcbwd.tool.inplace), re-exported
 from funcbwd.internals.levels import (  # noqa: E402,F401
     alias_of,
+    is_view,
     function_apply_replaced,
     function_is_old_style,
     leaves,

@@ -74,6 +74,11 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
     return inner
 
 
+def is_view(t: torch.Tensor) -> bool:
+    """True if ``t`` (under its functorch wrappers) is a view of another tensor's storage."""
+    return _dense(t)._is_view()
+
+
 def alias_of(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True if ``a`` and ``b`` share storage (under their functorch wrappers)."""
     try:

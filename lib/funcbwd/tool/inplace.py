@@ -105,7 +105,18 @@ def _inplace(name: str) -> bool:
 
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
-    return [a for a in internals.leaves(tree) if isinstance(a, torch.Tensor)]
+    """The tensors in ``tree``: a fast path for the flat tuples, lists and dicts ops take."""
+    out: list[torch.Tensor] = []
+    stack = [tree]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, (tuple, list)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+    return out
 
 
 class _Node:
@@ -135,6 +146,7 @@ class InplaceMode(TorchFunctionMode):
         self.nodes: dict[int, _Node] = {}
         self.selections: dict[int, tuple[weakref.ref, tuple]] = {}  # id(dense) -> (mask, rest)
         self.promoted = 0
+        self.stale = 0  # views waiting to be re-derived after a promotion
         self.borrowed: list[tuple[torch.Tensor, torch.Tensor]] = []  # (caller's, its old contents)
         self.caller_aliases: dict[int, weakref.ref] = {}  # aliases of caller's tensors made here
         self.provenance: dict[int, tuple] = {}  # id(bool tensor) -> (ref, how it was computed)
@@ -184,7 +196,9 @@ class InplaceMode(TorchFunctionMode):
         new.copy_(base)  # keeps the old contents and their autograd history
         internals.swap_impl(base, new)
         for view in root.views:
-            view.stale = True  # re-derived when next used (:meth:`_refresh`)
+            if not view.stale:
+                view.stale = True  # re-derived when next used (:meth:`_refresh`)
+                self.stale += 1
         self.promoted += 1
 
     def _refresh(self, node: _Node) -> None:
@@ -195,6 +209,7 @@ class InplaceMode(TorchFunctionMode):
             self._refresh(node.parent)
         t, parent = node.ref(), node.parent.ref()
         node.stale = False
+        self.stale -= 1
         if t is not None and parent is not None:
             internals.swap_impl(t, node.derive(parent))
 
@@ -255,7 +270,12 @@ class InplaceMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = _name(func)
-        if self.promoted:
+        if name == "__get__":  # an attribute read (.shape, .dtype, .data, ...)
+            if func.__self__ is torch.Tensor.data and internals.vmap_active():
+                return self._data(args[0])  # torch refuses ``.data`` under vmap
+            if not (self.selections or self.stale) or func.__self__ is not torch.Tensor.shape:
+                return func(*args, **kwargs)
+        if self.stale:
             self._refresh_args(args, kwargs)
         if self.selections:
             selected = self._selected_call(func, name, args, kwargs)
@@ -263,8 +283,6 @@ class InplaceMode(TorchFunctionMode):
                 return selected
         if name == "__setitem__":
             return self._setitem(func, *args)
-        if getattr(func, "__self__", None) is torch.Tensor.data and internals.vmap_active():
-            return self._data(args[0])  # torch refuses ``.data`` under vmap
         if name == "__getitem__":
             masked = self._masked_getitem(args[0], args[1])
             if masked is not None:
@@ -315,7 +333,10 @@ class InplaceMode(TorchFunctionMode):
             parent.root().views.append(node)
             self._remember(out, node)
             return
-        if any(internals.alias_of(out, a) for a in _tensors((args, kwargs))):
+        inputs = _tensors((args, kwargs))
+        if any(out is a for a in inputs):
+            return  # an in-place op's own result
+        if internals.is_view(out) and any(internals.alias_of(out, a) for a in inputs):
             whole = _name(func) in _NO_OP_CONVERSIONS and isinstance(
                 first, torch.Tensor) and out.shape == first.shape
             if out is not first and not whole:  # a view of something the caller owns

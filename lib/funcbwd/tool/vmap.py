@@ -22,11 +22,11 @@ straight to what worked on later calls.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import functools
 import threading
-import weakref
 from typing import Any, Callable, Iterator
 
 import torch
@@ -58,14 +58,14 @@ def fixable(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and any(m in text for m in _FIXABLE)
 
 
-def _signature(args: tuple, kwargs: dict) -> tuple:
-    flat = internals.leaves((args, kwargs))
-    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else type(a)
-                 for a in flat)
+def _leaves(args: tuple, kwargs: dict) -> list:
+    return list(args) + list(kwargs.values()) if all(
+        isinstance(a, (torch.Tensor, int, float, bool, type(None))) for a in args
+    ) and not kwargs else internals.leaves((args, kwargs))
 
 
-def _versions(args: tuple, kwargs: dict) -> list[tuple[torch.Tensor, int]]:
-    return [(a, a._version) for a in internals.leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+def _signature(flat: list) -> tuple:
+    return tuple((a.shape, a.dtype) if isinstance(a, torch.Tensor) else type(a) for a in flat)
 
 
 @contextlib.contextmanager
@@ -88,31 +88,47 @@ class _Retry:
     """The plain attempt, the retries and the memory of what worked, for one vmap'd function."""
 
     _lock = threading.Lock()
-    _worked: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+    _worked: "collections.OrderedDict[tuple, str]" = collections.OrderedDict()
+    MAXSIZE = 1024
+
+    @staticmethod
+    def _key(func: Any, sig: tuple) -> tuple:
+        """A function's identity across fresh closures of the same code over the same objects
+        (``vmap(jacrev(f))`` written inline makes a new closure per call)."""
+        code = getattr(func, "__code__", None)
+        if code is None:
+            return (id(func), sig)
+        cells = tuple(id(c.cell_contents) for c in (func.__closure__ or ()))
+        return (code, cells, sig)
 
     @classmethod
-    def _remember(cls, func: Any, sig: tuple, how: str) -> None:
+    def _remember(cls, key: tuple, how: str | None) -> None:
         with cls._lock:
-            try:
-                cls._worked.setdefault(func, {})[sig] = how
-            except TypeError:  # not weak-referenceable: no memory
-                pass
+            if how is None:
+                cls._worked.pop(key, None)
+                return
+            cls._worked[key] = how
+            cls._worked.move_to_end(key)
+            while len(cls._worked) > cls.MAXSIZE:
+                cls._worked.popitem(last=False)
 
     @classmethod
     def call(cls, func: Callable[..., Any], make_run: Callable[[Any], Callable[[], Any]],
-             args: tuple, kwargs: dict) -> Any:
+             args: tuple, kwargs: dict, randomness: str = "error") -> Any:
         """``make_run(f)()`` runs torch's vmap of ``f`` on the call's arguments."""
         if mode_active() or _RETRYING.get():
             return make_run(func)()  # inside a retry: inner vmaps run as the retry runs them
-        sig = _signature(args, kwargs)
-        try:
-            how = cls._worked.get(func, {}).get(sig)
-        except TypeError:
-            how = None
-        if how is not None:
-            return _STAGES[how](func, make_run)
-        rng = torch.get_rng_state()
-        versions = _versions(args, kwargs)
+        flat = _leaves(args, kwargs)
+        key = cls._key(func, _signature(flat))
+        how = cls._worked.get(key)
+        if how is not None:  # what worked last time; if it no longer does, start over
+            try:
+                return _STAGES[how](func, make_run)
+            except Exception:  # noqa: BLE001
+                cls._remember(key, None)
+        # under randomness="error" a random op raises: no random state to put back
+        rng = torch.get_rng_state() if randomness != "error" else None
+        versions = [(a, a._version) for a in flat if isinstance(a, torch.Tensor)]
         try:
             return make_run(func)()
         except Exception as plain:  # noqa: BLE001 - only fixable errors are retried
@@ -125,7 +141,8 @@ class _Retry:
                     "re-run it on changed inputs: clone the input first") from plain
             failures = []
             for how, stage in _STAGES.items():
-                torch.set_rng_state(rng)
+                if rng is not None:
+                    torch.set_rng_state(rng)
                 token = _RETRYING.set(True)
                 try:
                     out = stage(func, make_run)
@@ -134,7 +151,7 @@ class _Retry:
                     continue
                 finally:
                     _RETRYING.reset(token)
-                cls._remember(func, sig, how)
+                cls._remember(key, how)
                 return out
             plain.add_note("funcbwd could not run it either; " + "; ".join(failures))
             raise plain from None
@@ -162,7 +179,8 @@ def vmap(func: Callable[..., Any], in_dims: Any = 0, out_dims: Any = 0,
     @functools.wraps(func)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         return _Retry.call(func, lambda f: lambda: impl(f, in_dims, out_dims, randomness,
-                                                        chunk_size, *args, **kwargs), args, kwargs)
+                                                        chunk_size, *args, **kwargs), args, kwargs,
+                           randomness)
 
     return wrapped
 
@@ -171,7 +189,7 @@ def _retrying(original: Callable[..., Any]) -> Callable[..., Any]:
     def vmap_impl(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs):
         return _Retry.call(func, lambda f: lambda: original(f, in_dims, out_dims, randomness,
                                                             chunk_size, *args, **kwargs),
-                           args, kwargs)
+                           args, kwargs, randomness)
 
     return vmap_impl
 
