@@ -14,16 +14,18 @@
 # ---
 
 # %% [markdown]
-# # Your code: `funcbwd.functionalized` on real code nobody here wrote
+# # Your code: in-place code nobody here wrote, under torch.func
 #
-# The workbench's recommendation, `traced` (functionalize once per signature into an FX graph,
-# elide `aten.copy` with a checked pass, compile, cache), is also a public tool:
-# `funcbwd.functionalized`. This chapter runs it on four public reports of the "vmap: inplace
-# arithmetic ... is not possible" family, each re-created minimally with its citation
-# (`lib/funcbwd/studies/yourcode/issue_cases.py`), and checks every result twice: against a per-sample
-# loop of the function as written (plain autograd, no vmap) and against torch's own gradient of
-# an out-of-place rewrite. Then it shows what `python -m funcbwd doctor` says, the cache's
-# bound, and the saved measurements (cost against the hand rewrite, first-call latency, memory).
+# Two tools for the "vmap: inplace arithmetic ... is not possible" family. First
+# `funcbwd.vmap` / `funcbwd.allow_inplace()`, which need no change to the code: torch's own vmap
+# first, and only where that raises an in-place error a mode that makes a tensor batched when a
+# per-sample value is first written into it (functorch#1025's "lazy" option). It is measured on
+# 40 cases re-created from public libraries (`lib/funcbwd/studies/yourcode/cases/`). Then the
+# decorator, `funcbwd.functionalized` (the workbench's `traced` recommendation as a tool), on
+# the public reports it was built on (`lib/funcbwd/studies/yourcode/issue_cases.py`), each result
+# checked against a per-sample loop of the function as written and against torch's own gradient
+# of an out-of-place rewrite; what `python -m funcbwd doctor` says, the cache's bound, and the
+# saved measurements.
 
 # %% [markdown]
 # Setup: the cases and the evaluation come from the library; warnings of torch's slow vmap
@@ -43,10 +45,74 @@ torch.manual_seed(0)
 print(f"torch {torch.__version__}; {len(cases.CASES)} cases; transforms: {', '.join(cases.TRANSFORMS)}")
 
 # %% [markdown]
-# ## Fix your own code in five lines
+# ## No code change: `funcbwd.vmap`
+#
+# pytorch3d's `_sqrt_positive_part` (as it was before upstream rewrote it with `torch.where`)
+# writes through a per-sample boolean mask into `torch.zeros_like(x)`. Plain `torch.func` cannot
+# batch the mask's dynamic shape; `funcbwd.vmap` runs the code as written.
+
+# %%
+from funcbwd.studies.yourcode.cases import CASES
+from funcbwd.studies.yourcode.check import run_cell
+from funcbwd.studies.yourcode.case import identity
+
+sqrt_case = CASES["pytorch3d:_sqrt_positive_part"]
+print(inspect.getsource(sqrt_case.fn(identity)))
+xs = torch.randn(8, 4)
+try:
+    torch.func.vmap(torch.func.jacrev(sqrt_case.fn(identity)))(xs)
+except RuntimeError as e:
+    print("torch.func.vmap:", str(e)[:90])
+jac = funcbwd.vmap(torch.func.jacrev(sqrt_case.fn(identity)))(xs)
+want = torch.stack([torch.autograd.functional.jacobian(sqrt_case.rewrite, x) for x in xs])
+assert torch.allclose(jac, want)
+print("funcbwd.vmap: equal to the per-sample loop of torch's autograd on the rewrite")
+
+# %% [markdown]
+# Every transform, each checked against that loop (`ok`: equal within 1e-4), plain and with
+# `with funcbwd.allow_inplace():` around the call. An old-style `autograd.Function` from entmax
+# (`forward(ctx, ...)`, which torch.func refuses outright, with an in-place backward) goes the
+# same way: the mode runs it as the equivalent setup_context-style Function.
+
+# %%
+for name in ("pytorch3d:_sqrt_positive_part", "entmax:SparsemaxFunction"):
+    case = CASES[name]
+    print(f"{name}: {case.source}")
+    for t in ("vmap", "vmap_vjp", "vmap_jacrev", "jacfwd", "hessian", "vmap_vmap"):
+        if t in case.undefined:
+            print(f"  {t:<12} not defined: {case.undefined[t][:70]}")
+            continue
+        plain = run_cell(t, case.fn(identity), case)[0]
+        mode = run_cell(t, case.fn(identity), case, within=funcbwd.allow_inplace)[0]
+        print(f"  {t:<12} plain {plain:<5} allow_inplace {mode}")
+        assert mode == "ok"
+
+# %% [markdown]
+# ## On 40 cases from public libraries
+#
+# The saved run (`data/yourcode-corpus.json`, `python -m funcbwd.studies.yourcode.run`): every
+# case under every transform with each mechanism: plain torch.func, the decorator, the two
+# options of functorch#1025 (factories batched at once, as a prototype; lazy promotion) and the
+# shipped mode (plain first). Rendered from the saved data; the tests re-run the plain and mode
+# columns and compare.
+
+# %%
+import json
+from pathlib import Path
+
+from IPython.display import Markdown
+
+from funcbwd.views import corpus as corpus_view
+
+saved = json.loads((Path("..") / "data" / "yourcode-corpus.json").read_text())
+Markdown(corpus_view.markdown(saved))
+
+# %% [markdown]
+# ## The decorator: fix your own code in five lines
 #
 # A fresh `torch.zeros(x.shape)` written in place is unbatched; under `vmap` the batched value
-# cannot go into it. Decorate the function; outside every transform it runs as written.
+# cannot go into it. Decorate the function; outside every transform it runs as written; under
+# them it runs as a traced, checked graph.
 
 # %%
 @funcbwd.functionalized
