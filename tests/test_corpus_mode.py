@@ -117,12 +117,25 @@ def test_the_summary_counts_a_regression_and_a_wrong_answer(saved):
     assert "MISSED (1 of" in lines[1] and "MISSED (1 wrong" in lines[2]
 
 
-@pytest.mark.parametrize("name", ["corpus", "corpus-summary"])
+@pytest.mark.parametrize("name", ["corpus", "corpus-summary", "corpus-cost"])
 def test_docs_blocks_are_rendered_from_the_saved_run(name, saved):
     home = readme.HOMES[name]
     text = (ROOT / home).read_text()
-    render = corpus.markdown if name == "corpus" else corpus.summary_markdown
-    assert readme.block(text, name, where=home) == render(saved)
+    if name == "corpus-cost":
+        want = corpus.cost_markdown(json.loads((ROOT / "data" / "yourcode-cost.json").read_text()))
+    else:
+        want = (corpus.markdown if name == "corpus" else corpus.summary_markdown)(saved)
+    assert readme.block(text, name, where=home) == want
+
+
+def test_the_cost_targets_say_missed_when_missed():
+    data = json.loads((ROOT / "data" / "yourcode-cost.json").read_text())
+    slow = json.loads(json.dumps(data))
+    slow["summary"]["nofix"]["median"] = 1.5  # mutation: a drop-in slower than its target
+    assert "<= 1.1x: MISSED" in corpus.cost_markdown(slow)
+    fast = json.loads(json.dumps(data))
+    fast["summary"]["fix"]["median"] = 1.0
+    assert "<= 1.2x: met" in corpus.cost_markdown(fast)
 
 
 def test_the_runner_refuses_an_empty_or_unknown_selection(capsys, tmp_path):

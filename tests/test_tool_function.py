@@ -134,16 +134,30 @@ def test_jvp_is_functionalized_and_a_vmap_rule_is_kept():
         vmap(jacfwd(WithJvp.apply))(x)  # plain: the jvp writes a batched tangent into zeros
 
 
-class OldStyle(torch.autograd.Function):
+class OldStyle(torch.autograd.Function):  # entmax/torchdiffeq style: forward(ctx, ...)
     @staticmethod
-    def forward(ctx, x):
-        return x
+    def forward(ctx, x, index):
+        ctx.index = index  # an index tuple rebuilt by the caller on every call
+        ctx.save_for_backward(x)
+        return x * 3
 
     @staticmethod
     def backward(ctx, g):
-        return g
+        (x,) = ctx.saved_tensors
+        out = torch.zeros_like(g)
+        out[ctx.index] = g[ctx.index] * 3  # in place in a fresh tensor
+        return out, None
 
 
-def test_old_style_function_gets_one_clear_error():
-    with pytest.raises(FuncbwdError, match="old style forward\\(ctx.*setup_context"):
-        funcbwd.functionalized(OldStyle)
+def test_old_style_function_is_converted_and_its_index_ctx_value_hits_the_cache():
+    F = funcbwd.functionalized(OldStyle)
+    xs = torch.randn(4, 5)
+    for _ in range(3):
+        got = vmap(jacrev(lambda x: F.apply(x, (Ellipsis, slice(1, 4)))))(xs)
+    want = torch.zeros(5, 5)
+    want[1:4, 1:4] = 3 * torch.eye(3)
+    torch.testing.assert_close(got, want.expand(4, 5, 5))
+    info = F.cache_info()
+    assert info.misses == 1 and info.hits == 2, info  # the slice/Ellipsis tuple keyed by value
+    with pytest.raises(RuntimeError, match="setup_context"):
+        vmap(jacrev(lambda x: OldStyle.apply(x, (Ellipsis, slice(1, 4)))))(xs)  # plain

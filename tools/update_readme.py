@@ -52,6 +52,8 @@ RENDERERS = {
     "corpus": lambda i: corpus.markdown(json.loads((DATA / CORPUS_FILE_NAME).read_text())),
     "corpus-summary": lambda i: corpus.summary_markdown(
         json.loads((DATA / CORPUS_FILE_NAME).read_text())),
+    "corpus-cost": lambda i: corpus.cost_markdown(
+        json.loads((DATA / "yourcode-cost.json").read_text())),
 }
 
 

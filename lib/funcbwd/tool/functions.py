@@ -15,9 +15,13 @@ saved tensors are other tensors); every other attribute (``ctx.dim = 1``) and
 The backward sees a stand-in ctx with those attributes and ``saved_tensors``; one that calls
 other ctx methods (``ctx.mark_dirty`` is forward-only anyway) is not supported.
 
-Only the ``setup_context`` style can work under torch.func (torch requires it); an old-style
-``forward(ctx, ...)`` class is refused with :class:`funcbwd.errors.FuncbwdError` saying what to
-change.
+Only the ``setup_context`` style can work under torch.func (torch requires it): an old-style
+``forward(ctx, ...)`` class is first converted (:func:`funcbwd.tool.oldstyle.setup_context_style`:
+its forward runs once with a recording ctx, what it saved reaches ``setup_context``).
+
+A non-tensor ctx value is baked into the graph by value where it has one (numbers, strings,
+dtypes, slices, ``...``, tuples of those: an index tuple rebuilt on every call hits the cache);
+other objects by identity.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from funcbwd.errors import FuncbwdError
 from funcbwd.tool.cache import DEFAULT_MAXSIZE
 from funcbwd.tool.core import Functionalizer, signature_key
 
-_HASHABLE_KINDS = (int, float, bool, str, type(None), complex, torch.dtype, torch.device)
+_HASHABLE_KINDS = (int, float, bool, str, type(None), complex, torch.dtype, torch.device,
+                   type(Ellipsis))
 
 
 def _defines(cls: type, name: str) -> bool:
@@ -52,9 +57,13 @@ def _baked(value: Any) -> Any:
     """A key part for a non-tensor ctx attribute (baked into the graph)."""
     if isinstance(value, _HASHABLE_KINDS):
         return (type(value), value.hex() if type(value) is float else value)
-    if isinstance(value, (tuple, list)) and all(isinstance(v, _HASHABLE_KINDS) for v in value):
-        return (type(value), tuple(_baked(v) for v in value))
-    return (type(value), id(value))  # an object: baked by identity (a new object retraces)
+    if isinstance(value, slice):
+        return (slice, _baked(value.start), _baked(value.stop), _baked(value.step))
+    if isinstance(value, (tuple, list)):
+        parts = tuple(_baked(v) for v in value)
+        if all(p[0] is not object for p in parts):
+            return (type(value), parts)
+    return (object, type(value), id(value))  # an object: by identity (a new one retraces)
 
 
 def _runner(core: Functionalizer, method):
@@ -85,11 +94,9 @@ def _runner(core: Functionalizer, method):
 def functionalized_function(cls: type, *, maxsize: int | None = DEFAULT_MAXSIZE,
                             warn: bool = True) -> type:
     """The subclass of ``cls`` described in the module docstring."""
-    if not _defines(cls, "setup_context"):
-        raise FuncbwdError(
-            f"{cls.__name__} uses the old style forward(ctx, ...); functionalized (and torch.func) "
-            "need forward(*args) without ctx plus a @staticmethod setup_context(ctx, inputs, "
-            "output) that saves what backward reads (ctx.save_for_backward, ctx attributes)")
+    from funcbwd.tool.oldstyle import setup_context_style
+
+    cls = setup_context_style(cls)  # an old-style forward(ctx, ...) class, converted
     attrs: dict[str, Any] = {"__module__": cls.__module__, "__doc__": cls.__doc__,
                              "__qualname__": cls.__qualname__}
     methods = ["backward"] + (["jvp"] if _defines(cls, "jvp") else [])

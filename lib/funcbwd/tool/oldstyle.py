@@ -23,7 +23,7 @@ import torch
 from funcbwd import internals
 from funcbwd.tool.inplace import InplaceMode, current
 
-__all__ = ["functions_converted", "mode_active"]
+__all__ = ["functions_converted", "mode_active", "setup_context_style"]
 
 
 _SLOT: contextvars.ContextVar[list | None] = contextvars.ContextVar("funcbwd_function_slot",
@@ -127,17 +127,38 @@ def _converted(cls: type) -> type:
             ctx.mark_non_differentiable(*nondiff)
         if plan["materialize"] is not None:
             ctx.set_materialize_grads(plan["materialize"])
-        ctx._funcbwd_n_out = plan["n_out"]
+        ctx.funcbwd_n_out = plan["n_out"]
 
     def backward(ctx: Any, *grads: Any) -> Any:
         with InplaceMode():
-            return cls.backward(ctx, *grads[:ctx._funcbwd_n_out])
+            return cls.backward(ctx, *grads[:ctx.funcbwd_n_out])
 
-    return type(cls.__name__, (torch.autograd.Function,), {
+    conv = type(cls.__name__, (torch.autograd.Function,), {
         "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
         "backward": staticmethod(backward), "generate_vmap_rule": True, "_funcbwd_wrapped": True,
         "__qualname__": f"{cls.__qualname__} (setup_context style)", "__module__": cls.__module__,
     })
+
+    def apply(k: type, *args: Any, **kwargs: Any) -> Any:
+        """The class's outputs only (the extra outputs carrying saved intermediates dropped)."""
+        token = _SLOT.set([])
+        try:
+            out = super(conv, k).apply(*args, **kwargs)
+            plan = _SLOT.get()[-1]
+        finally:
+            _SLOT.reset(token)
+        if not isinstance(out, tuple) or plan["single"] and len(out) == 1:
+            return out
+        outs = out[:plan["n_out"]]
+        return outs[0] if plan["single"] else outs
+
+    conv.apply = classmethod(apply)
+    return conv
+
+
+def setup_context_style(cls: type) -> type:
+    """``cls`` itself, or its setup_context-style equivalent if it is old style."""
+    return _converted(cls) if internals.function_is_old_style(cls) else cls
 
 
 @functools.lru_cache(maxsize=None)
@@ -162,23 +183,15 @@ def _backward_under_mode(cls: type) -> type:
 
 def _apply_converting(original: Callable[..., Any]) -> Callable[..., Any]:
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
-        if not (_ACTIVE.get() and internals.stack_depth()) or cls.__dict__.get("_funcbwd_wrapped"):
+        if not (_ACTIVE.get() and internals.stack_depth()) or getattr(cls, "_funcbwd_wrapped",
+                                                                        False):
             return original(cls, *args, **kwargs)
         mode = current()
         if mode is not None:
             mode.promote_arguments(args)
         if not internals.function_is_old_style(cls):
             return original(_backward_under_mode(cls), *args, **kwargs)
-        token = _SLOT.set([])
-        try:
-            out = _converted(cls).apply(*args, **kwargs)
-            plan = _SLOT.get()[-1]
-        finally:
-            _SLOT.reset(token)
-        if not isinstance(out, tuple) or plan["single"] and len(out) == 1:
-            return out
-        outs = out[:plan["n_out"]]
-        return outs[0] if plan["single"] else outs
+        return _converted(cls).apply(*args, **kwargs)
 
     return apply
 

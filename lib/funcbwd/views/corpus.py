@@ -111,3 +111,30 @@ def summary_markdown(data: dict) -> str:
         "it does not do yet: [docs/your-code.md](docs/your-code.md), with "
         "`@funcbwd.functionalized` (a traced graph of your function) and "
         "`python -m funcbwd doctor` (which in-place call breaks which transform)."))
+
+
+def cost_markdown(data: dict, source: str = "data/yourcode-cost.json") -> str:
+    """The saved cost run (:mod:`funcbwd.studies.yourcode.cost`): the mode against the hand
+    rewrite where plain fails, against plain where plain works; each target met or missed."""
+    s = data["summary"]
+    fix, nofix = s["fix"], s["nofix"]
+    lines = ["| where | cells | median | worst | target |", "|---|---|---|---|---|"]
+    for b, row in s["by_batch"].items():
+        lines.append(f"| plain fails, B={b}: `funcbwd.vmap` / hand rewrite | {row['n']} "
+                     f"| {row['median']:.2f}x | {row['worst']:.2f}x | |")
+    lines.append(f"| plain fails, all: `funcbwd.vmap` / hand rewrite | {fix['n']} "
+                 f"| {fix['median']:.2f}x | {fix['worst']:.2f}x | <= {fix['target']}x: "
+                 f"{'met' if fix['median'] <= fix['target'] else 'MISSED'} |")
+    lines.append(f"| plain works: `funcbwd.vmap` / `torch.func.vmap` | {nofix['n']} "
+                 f"| {nofix['median']:.2f}x | {nofix['worst']:.2f}x | <= {nofix['target']}x: "
+                 f"{'met' if nofix['median'] <= nofix['target'] else 'MISSED'} |")
+    lines += ["", *wrap(
+        f"Basis: {data['basis']}; transforms vmap and vmap_vjp; {s['not_timed']} cells not timed "
+        "(the mode fails there, or the rewrite does). Memory: not measured. Where plain fails, "
+        "the mode pays Python for every op of the function (a `TorchFunctionMode`), which a hand "
+        "rewrite does not: small functions pay most. Code that works plain never pays a failed "
+        "attempt, only the drop-in's bookkeeping."),
+        "", *wrap(f"_Source: `{source}` (torch {data['torch']}); reproduce with "
+                  "`python -m funcbwd.studies.yourcode.cost --out data/yourcode-cost.json` "
+                  "(a few minutes)._")]
+    return "\n".join(lines)
