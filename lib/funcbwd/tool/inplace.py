@@ -12,23 +12,23 @@ contents in place (its Python identity kept, :func:`funcbwd.internals.swap_impl`
 views is re-derived from it. Then the op runs as written. Nothing else changes: a factory only read
 stays unbatched (no copy, no memory), ``.item()`` of one that was never written still works.
 
-What else the mode rewrites, each only where the code as written cannot run:
+What else the mode does, each only where the code as written cannot run:
 
 * ``unbind`` / ``split`` / ``chunk`` of a fresh tensor return ``select`` / ``narrow`` views (the same
   values; autograd refuses in-place writes into multi-output views once the base is promoted);
-* ``t[mask] = v`` with a mask batched under vmap (vmap cannot batch the dynamic shape of
-  ``t[mask]``) becomes ``t.copy_(where(mask, v, t))`` when ``v`` is a scalar, a 0-dim tensor or a
-  selection ``x[mask]`` of the same mask carried through elementwise ops. ``x[mask]`` with a batched
-  mask is carried densely (``where(mask, x, a selected element)``: the unselected places hold a
-  value the code is valid on, so their zero gradient stays finite); any op other than an
-  elementwise one on it raises :class:`InplaceModeError` (no silent wrong shape);
-* custom ``torch.autograd.Function`` classes: old-style ones converted, every ``backward`` run
-  under a mode of its own (:mod:`funcbwd.tool.oldstyle`).
+* boolean-mask reads and writes with a per-sample mask as ``where`` (:mod:`funcbwd.tool.masks`);
+* custom ``torch.autograd.Function`` classes: old-style ones converted, every ``forward`` and
+  ``backward`` run under a mode of its own, fresh arguments promoted before the call
+  (:mod:`funcbwd.tool.oldstyle`);
+* ``op(..., out=t)`` runs out of place, then ``t.copy_``; ``.data`` under vmap is ``detach()``;
+* a tensor the caller owns (a closure, a module's buffer or cache) written with per-sample values
+  is *borrowed*: promoted for the rest of the call and given back as it was when the call ends
+  (:class:`BorrowedTensorWarning`, with the user's file:line); a write through ``.data`` or a view
+  of such a tensor is refused (:class:`InplaceModeError`): the mode cannot batch what is behind it.
 
-What it cannot do: writes into tensors the caller owns (arguments not batched, closures, module
-buffers) are left to torch (and refused under vmap, as before); aliases made outside Python
-(``.data``, shared storage from C++) are not re-derived after a promotion; reading a value
-(``.item()``, ``if t:``) of a batched tensor is impossible under vmap in any case.
+What it cannot do: aliases made outside Python (shared storage from C++) are not re-derived after
+a promotion; reading a value (``.item()``, ``if t:``) of a batched tensor is impossible under vmap
+in any case.
 """
 
 from __future__ import annotations
