@@ -42,6 +42,33 @@ MODULE = textwrap.dedent('''\
         y = torch.zeros(x.shape)
         y[0] = x[0] * 2  # LINE-gated
         return y if x.sum() > -1e9 else y
+
+
+    def target_written(x, target):  # the per-sample argument is the second one
+        out = torch.zeros(target.shape)
+        out[0] = target[0]  # LINE-target
+        return out * x.sum()
+
+
+    def unbind_written(x):  # eager autograd refuses this as written: no reference
+        out = torch.zeros(2, x.shape[0])
+        a, b = out.unbind(0)
+        a.copy_(x)
+        b.copy_(x * 2)
+        return out
+
+
+    class Scale(torch.autograd.Function):  # old style, an in-place backward
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 3
+
+        @staticmethod
+        def backward(ctx, g):
+            out = torch.zeros_like(g)
+            out += g * 3
+            return out
 ''')
 
 
@@ -73,7 +100,8 @@ def test_names_the_culprit_line_and_fixes_it(workdir, func, args, tag, diff):
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"usercode.py:{_line(tag)}\n" in out.stdout
     assert f"# LINE-{tag}" in out.stdout  # the culprit line's code, on its own line
-    assert diff in out.stdout and "fixes 2 of 2" in out.stdout
+    assert diff in out.stdout and "no code change needed: funcbwd.vmap" in out.stdout
+    assert "fixes 2 of 2" in out.stdout
     assert all(len(ln) <= 100 for ln in out.stdout.splitlines())
     assert "doctor: vmap ..." in out.stderr  # progress on stderr
 
@@ -82,8 +110,58 @@ def test_exit_1_when_the_wrapper_cannot_fix_a_transform(workdir):
     # untraceable (a branch on x under vmap): .item() on a batched tensor fails either way
     out = doctor(workdir, "usercode:gated", "--args", "torch.randn(4)", "--transforms", "vmap")
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "still failing wrapped: vmap" in out.stdout
+    assert "still failing with funcbwd.vmap and functionalized: vmap" in out.stdout
     assert "cannot trace" in out.stdout
+
+
+def test_every_floating_argument_is_per_sample():
+    # the doctor used to batch only the first floating tensor: target's write looked fine
+    from funcbwd.doctor import report
+    import importlib.util
+
+    rows = report.diagnose(_usercode().target_written, (torch_randn(3), torch_randn(4)), ["vmap"])
+    assert rows[0].plain.status == "fail" and "inplace" in rows[0].plain.detail
+    assert rows[0].mode.ok and rows[0].wrapped.ok
+    only_x = report.diagnose(_usercode().target_written, (torch_randn(3), torch_randn(4)),
+                             ["vmap"], batch=(0,))
+    assert only_x[0].plain.ok  # mutation of the old behaviour: batching x alone hides it
+    del importlib
+
+
+def test_no_reference_is_unknown_not_still_failing():
+    from funcbwd.doctor import report
+
+    rows = report.diagnose(_usercode().unbind_written, (torch_randn(3),), ["jacrev"])
+    assert rows[0].mode.status == "unknown" and "reference unavailable" in rows[0].mode.detail
+    text, fine = report.recommendation(rows)
+    assert "no reference to confirm: jacrev" in text and not fine
+
+
+def test_a_function_class_as_target(workdir):
+    out = doctor(workdir, "usercode:Scale", "--args", "torch.randn(4)", "--transforms",
+                 "vjp,jacrev")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "custom autograd.Function" in out.stdout and "SyntaxError" not in out.stdout
+    assert "no code change needed" in out.stdout
+    assert all(ln == ln.rstrip() for ln in out.stdout.splitlines())
+
+
+def _usercode():
+    import importlib.util
+    import tempfile
+
+    d = Path(tempfile.mkdtemp())
+    (d / "usercode_inline.py").write_text(MODULE)
+    spec = importlib.util.spec_from_file_location("usercode_inline", d / "usercode_inline.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def torch_randn(*shape):
+    import torch
+
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
 
 
 @pytest.mark.parametrize("argv,msg", [

@@ -1,17 +1,20 @@
 """Run a user's function under each transform, plain and wrapped, against a per-sample loop.
 
-The transforms (``TRANSFORMS``) differentiate and batch the **first floating-point tensor
-argument** (the others are held fixed, as constants of the function); a batch of ``BATCH``
-random samples of that argument's shape stands for the per-sample data. Each check's reference
-is computed without vmap from the function **as written** (the ground truth the user wrote):
+The transforms (``TRANSFORMS``) batch **every floating-point tensor argument** (or the positions
+``batch`` names; the others are held fixed, as constants of the function) and differentiate the
+first of them; a batch of ``BATCH`` random samples of those arguments' shapes stands for the
+per-sample data. Each check's reference is computed without vmap from the function **as
+written** (the ground truth the user wrote), sample by sample:
 
-* ``vmap``: ``vmap(f)(xs)`` vs ``[f(x) for x in xs]``;
-* ``vjp``: ``vmap(vjp_fn)(cotangents)`` vs ``[vjp_fn(c) for c in cotangents]`` (plain autograd);
-* ``jacrev``: ``vmap(jacrev(f))(xs)`` (per-sample Jacobians) vs
+* ``vmap``: ``vmap(f)(*batch)`` vs ``[f(*sample) for sample in batch]``;
+* ``vjp``: ``vmap(lambda *s, c: vjp(f_s, x_s)[1](c))`` vs plain autograd's vjp per sample;
+* ``jacrev``: ``vmap(jacrev(f_s))(...)`` (per-sample Jacobians) vs
   ``torch.autograd.functional.jacobian`` per sample (a Python loop of backward passes);
 * ``jacfwd``: ``jacfwd(f)(x)`` vs ``torch.autograd.functional.jacobian(f, x)``;
 * ``hessian``: ``hessian(sum f)(x)`` vs ``torch.autograd.functional.hessian``.
 
+When the reference itself raises (plain autograd refuses the code as written) the outcome is
+``unknown`` ("reference unavailable"), never "mismatch": a working fix is not reported as failing.
 Comparison: :func:`funcbwd.run.compare.check_close` (the workbench's tolerance).
 """
 
@@ -36,7 +39,8 @@ TRANSFORM_NAMES = ("vmap", "vjp", "jacrev", "jacfwd", "hessian")
 
 # ------------------------------------------------------------------------------ inputs
 def load_function(target: str) -> Callable[..., Any]:
-    """``MODULE:FUNC`` (a dotted module, or a path to a ``.py`` file) -> the function."""
+    """``MODULE:FUNC`` (a dotted module, or a path to a ``.py`` file) -> the function, or the
+    ``torch.autograd.Function`` subclass."""
     if target.count(":") != 1 or not all(target.split(":")):
         raise BadInputError(f"expected MODULE:FUNC (e.g. mypkg.losses:loss), got {target!r}")
     modname, func = target.split(":")
@@ -57,7 +61,27 @@ def load_function(target: str) -> Callable[..., Any]:
     fn = getattr(module, func, None)
     if fn is None or not callable(fn):
         raise BadInputError(f"{modname} has no function {func!r}")
+    if isinstance(fn, type) and not issubclass(fn, torch.autograd.Function):
+        raise BadInputError(f"{modname}:{func} is a class; give a function or a "
+                            "torch.autograd.Function subclass")
     return fn
+
+
+def parse_batch(text: str | None, args: tuple) -> tuple[int, ...]:
+    """``--batch`` positions ("0,2"), default every floating-point tensor argument."""
+    floating = tuple(i for i, a in enumerate(args)
+                     if isinstance(a, torch.Tensor) and a.is_floating_point())
+    if not text:
+        return floating
+    try:
+        chosen = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise BadInputError(f"--batch {text!r}: comma-separated argument positions, e.g. 0,1")
+    bad = [p for p in chosen if p not in floating]
+    if bad or not chosen:
+        raise BadInputError(f"--batch {text!r}: position(s) {bad or chosen} are not floating-point "
+                            f"tensor arguments; those are {list(floating)}")
+    return chosen
 
 
 def parse_args(text: str) -> tuple:
@@ -80,7 +104,8 @@ def parse_transforms(text: str | None) -> list[str]:
 # ------------------------------------------------------------------------------ the checks
 @dataclasses.dataclass
 class Outcome:
-    """One function under one transform: ``status`` is "ok", "fail" (raised) or "mismatch"."""
+    """One function under one transform: ``status`` is "ok", "fail" (raised), "mismatch" or
+    "unknown" (no reference to compare with)."""
 
     status: str
     error: BaseException | None = None
@@ -91,67 +116,91 @@ class Outcome:
         return self.status == "ok"
 
 
-def _diff_position(args: tuple) -> int:
-    return next(i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_floating_point())
-
-
-def _of_x(fn: Callable[..., Any], args: tuple, p: int) -> Callable[[torch.Tensor], Any]:
-    def f(x: torch.Tensor) -> Any:
-        return fn(*args[:p], x, *args[p + 1:])
-    return f
-
-
-def _per_sample(x: torch.Tensor, seed: int = 0) -> torch.Tensor:
+def _per_sample(x: torch.Tensor, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     return torch.randn((BATCH, *x.shape), generator=gen, dtype=x.dtype).to(x.device)
 
 
-def _transformed(name: str, f: Callable, x: torch.Tensor, xs: torch.Tensor, cts: torch.Tensor):
+def _with(args: tuple, positions: tuple[int, ...], values) -> tuple:
+    out = list(args)
+    for p, v in zip(positions, values):
+        out[p] = v
+    return tuple(out)
+
+
+def _transformed(name: str, fn: Callable, args: tuple, batch: tuple[int, ...], p: int,
+                 xs: tuple, cts: torch.Tensor):
+    k = batch.index(p)
+
+    def g(bs: tuple) -> Callable[[torch.Tensor], Any]:
+        return lambda x: fn(*_with(args, batch, bs[:k] + (x,) + bs[k + 1:]))
+
     if name == "vmap":
-        return vmap(f)(xs)
+        return vmap(lambda *bs: fn(*_with(args, batch, bs)))(*xs)
     if name == "vjp":
-        _, fn = vjp(f, x)
-        return vmap(fn)(cts)[0]
+        return vmap(lambda c, *bs: vjp(g(bs), bs[k])[1](c)[0])(cts, *xs)
     if name == "jacrev":
-        return vmap(jacrev(f))(xs)
+        return vmap(lambda *bs: jacrev(g(bs))(bs[k]))(*xs)
+    x = args[p]
     if name == "jacfwd":
-        return jacfwd(f)(x)
-    return hessian(lambda v: f(v).sum())(x)
+        return jacfwd(g(tuple(args[q] for q in batch)))(x)
+    return hessian(lambda v: g(tuple(args[q] for q in batch))(v).sum())(x)
 
 
-def _reference(name: str, f: Callable, x: torch.Tensor, xs: torch.Tensor, cts: torch.Tensor):
+def _reference(name: str, fn: Callable, args: tuple, batch: tuple[int, ...], p: int, xs: tuple,
+               cts: torch.Tensor):
     from torch.autograd.functional import hessian as ag_hessian, jacobian
 
+    k = batch.index(p)
+    samples = [tuple(x[i].clone() for x in xs) for i in range(BATCH)]
+
+    def g(bs: tuple) -> Callable[[torch.Tensor], Any]:
+        return lambda x: fn(*_with(args, batch, bs[:k] + (x,) + bs[k + 1:]))
+
     if name == "vmap":
-        return torch.stack([f(s) for s in xs])
+        with torch.no_grad():
+            return torch.stack([fn(*_with(args, batch, s)) for s in samples])
     if name == "vjp":
-        return torch.stack([torch.autograd.functional.vjp(f, x, c)[1] for c in cts])
+        return torch.stack([torch.autograd.functional.vjp(g(s), s[k], c)[1]
+                            for s, c in zip(samples, cts)])
     if name == "jacrev":
-        return torch.stack([jacobian(f, s) for s in xs])
+        return torch.stack([jacobian(g(s), s[k]) for s in samples])
+    fixed = g(tuple(args[q] for q in batch))
     if name == "jacfwd":
-        return jacobian(f, x)
-    return ag_hessian(lambda v: f(v).sum(), x)
+        return jacobian(fixed, args[p])
+    return ag_hessian(lambda v: fixed(v).sum(), args[p])
 
 
-def run_check(fn: Callable[..., Any], args: tuple, name: str, plain: Callable[..., Any]) -> Outcome:
-    """``fn`` (the function, or its wrapper) under transform ``name`` vs the loop over ``plain``."""
-    p = _diff_position(args)
-    x = args[p]
-    xs = _per_sample(x, 1)
-    f, ref_f = _of_x(fn, args, p), _of_x(plain, args, p)
+def run_check(fn: Callable[..., Any], args: tuple, name: str, plain: Callable[..., Any],
+              batch: tuple[int, ...] | None = None, within: Callable[[], Any] | None = None
+              ) -> Outcome:
+    """``fn`` (the function, or its wrapper) under transform ``name`` vs the loop over ``plain``;
+    the transformed call runs inside ``within()`` (e.g. ``funcbwd.allow_inplace``)."""
+    import contextlib
+
+    batch = batch or parse_batch(None, args)
+    p = batch[0]
+    xs = tuple(_per_sample(args[q], 1 + i) for i, q in enumerate(batch))
     try:
         with torch.no_grad():
-            out0 = ref_f(x)
-        cts = _per_sample(torch.as_tensor(out0), 2)
-        got = _transformed(name, f, x, xs, cts)
+            out0 = plain(*args)
+        cts = _per_sample(torch.as_tensor(out0), 99)
+    except Exception as e:  # noqa: BLE001 - the function as written raises without transforms
+        return Outcome("unknown", e, f"the function raised without transforms: "
+                                     f"{type(e).__name__}: {first_line(str(e), 120)}")
+    try:
+        with (within or contextlib.nullcontext)():
+            got = _transformed(name, fn, args, batch, p, xs, cts)
     except Exception as e:  # noqa: BLE001 - the failure is what the doctor reports
         return Outcome("fail", e, f"{type(e).__name__}: {first_line(str(e), 160)}")
     try:
-        want = _reference(name, ref_f, x, xs, cts)
+        want = _reference(name, plain, args, batch, p, xs, cts)
+    except Exception as e:  # noqa: BLE001 - no reference: cannot confirm either way
+        return Outcome("unknown", e, f"reference unavailable (the per-sample loop of the code as "
+                                     f"written raised {type(e).__name__}: "
+                                     f"{first_line(str(e), 100)})")
+    try:
         check_close([got], [want], f"{name} vs the per-sample loop")
     except Mismatch as e:
         return Outcome("mismatch", e, str(e))
-    except Exception as e:  # noqa: BLE001 - the reference itself failed: cannot confirm
-        return Outcome("mismatch", e, f"reference loop raised {type(e).__name__}: "
-                                      f"{first_line(str(e), 120)}")
     return Outcome("ok")

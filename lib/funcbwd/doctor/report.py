@@ -5,8 +5,13 @@
 * **graph diff**: the function traced as written (:func:`funcbwd.fx.tracer.trace`) lists its
   in-place aten calls; traced functionalized, and then with copies elided, the ops that are new
   against the function as written, e.g. ``copy_ -> copy + slice_scatter x2 -> slice_scatter x2``;
-* **verdict**: per transform, plain and wrapped (:func:`funcbwd.functionalized`), each checked
-  against the per-sample loop (:mod:`funcbwd.doctor.checks`).
+* **verdict**: per transform: plain, with the in-place mode (``funcbwd.allow_inplace()``, what
+  ``funcbwd.vmap`` does) and wrapped (:func:`funcbwd.functionalized`), each checked against the
+  per-sample loop (:mod:`funcbwd.doctor.checks`); the recommendation is the first tool that fixes
+  every requested transform (the mode needs no code change, so it comes first).
+
+A ``torch.autograd.Function`` subclass as target runs as ``cls.apply``; wrapped, as
+``functionalized(cls).apply`` (old-style classes converted).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class Row:
     transform: str
     plain: checks.Outcome
     wrapped: checks.Outcome
+    mode: checks.Outcome = dataclasses.field(default_factory=lambda: checks.Outcome("unknown"))
     #: ``path:line`` of the first in-place call that broke (plain), and that line's code
     culprit: str = ""
     culprit_code: str = ""
@@ -73,6 +79,9 @@ def _counts(nodes: list[torch.fx.Node]) -> str:
 
 def graph_diff(fn: Callable[..., Any], args: tuple) -> str:
     """One line: the in-place calls as written -> functionalized -> copies elided."""
+    if isinstance(fn, type):
+        return ("a custom autograd.Function: its backward is traced per signature when it runs "
+                "under a transform")
     flat = FG.flatten_args(args)
     specs = [FG.tensor_spec(t) for t in flat.tensors]
 
@@ -89,26 +98,63 @@ def graph_diff(fn: Callable[..., Any], args: tuple) -> str:
     inplace = _counts([n for n in _ops(raw) if n.target._schema.is_mutable])
     func = _counts([n for n in _ops(entry.functionalized) if n.target not in as_written])
     out = _counts([n for n in _ops(entry.graph) if n.target not in as_written])
+    if inplace == "(nothing)":
+        return "no in-place call as written (nothing for functionalization to change)"
     left = elide.count_targets(entry.graph)
     tail = "" if left else " (no aten.copy left)"
     return f"{inplace} -> {func} -> {out}{tail}"
 
 
 def diagnose(fn: Callable[..., Any], args: tuple, transforms: list[str],
-             progress: Callable[[str], None] = lambda s: None) -> list[Row]:
-    """Every requested transform, plain and wrapped."""
+             progress: Callable[[str], None] = lambda s: None,
+             batch: tuple[int, ...] | None = None) -> list[Row]:
+    """Every requested transform: plain, with the in-place mode, and wrapped."""
+    from funcbwd.tool.vmap import allow_inplace
+
     try:
         source = inspect.getsourcefile(fn)
     except TypeError:
         source = None
-    wrapped = functionalized(fn, warn=False)
+    if isinstance(fn, type):  # a custom Function: its apply is the function
+        plain_fn, wrapped = (lambda *a: fn.apply(*a)), functionalized(fn, warn=False).apply
+    else:
+        plain_fn, wrapped = fn, functionalized(fn, warn=False)
     rows = []
     for name in transforms:
         progress(name)
-        plain = checks.run_check(fn, args, name, fn)
-        fixed = checks.run_check(wrapped, args, name, fn)
-        rows.append(Row(name, plain, fixed, *culprit(plain.error, source)))
+        plain = checks.run_check(plain_fn, args, name, plain_fn, batch)
+        mode = checks.run_check(plain_fn, args, name, plain_fn, batch, within=allow_inplace)
+        fixed = checks.run_check(wrapped, args, name, plain_fn, batch)
+        rows.append(Row(name, plain, fixed, mode, *culprit(plain.error, source)))
     return rows
+
+
+def recommendation(rows: list[Row]) -> tuple[str, bool]:
+    """(the verdict line, whether every requested transform works with a funcbwd tool)."""
+    failing = [r for r in rows if not r.plain.ok]
+    if not failing:
+        unknown = [r.transform for r in rows if r.plain.status == "unknown"]
+        return ("every requested transform works plain: nothing to fix" if not unknown else
+                f"no reference for {', '.join(unknown)} (see above); the rest works plain"), True
+    mode_all = all(r.mode.ok or r.plain.ok for r in rows)
+    wrapped_all = all(r.wrapped.ok or r.plain.ok for r in rows)
+    n = len(failing)
+    fixed_mode = sum(r.mode.ok for r in failing)
+    fixed_wrapped = sum(r.wrapped.ok for r in failing)
+    if mode_all:
+        return (f"no code change needed: funcbwd.vmap (or `with funcbwd.allow_inplace():`) fixes "
+                f"{fixed_mode} of {n} failing transforms (checked against a per-sample loop)"), True
+    if wrapped_all:
+        return (f"@funcbwd.functionalized fixes {fixed_wrapped} of {n} failing transforms "
+                f"(the in-place mode {fixed_mode}; checked against a per-sample loop)"), True
+    left = [r for r in rows if not (r.plain.ok or r.mode.ok or r.wrapped.ok)]
+    still = [r.transform for r in left]
+    unknown = [r.transform for r in left if "unknown" in (r.mode.status, r.wrapped.status)]
+    text = (f"still failing with funcbwd.vmap and functionalized: {', '.join(still)}"
+            if still else "each transform works with one tool, none with both: see the table")
+    if unknown:
+        text += f" (no reference to confirm: {', '.join(unknown)})"
+    return text, not still
 
 
 def render(target: str, rows: list[Row], diff: str) -> str:
@@ -118,22 +164,19 @@ def render(target: str, rows: list[Row], diff: str) -> str:
 
     lines = [f"funcbwd doctor {target}"[:WIDTH]]
     lines += wrap(f"graph: {diff}", "  ")
-    lines.append(f"  {'transform':<10} {'plain':<10} {'functionalized':<16}")
+    lines.append(f"  {'transform':<10} {'plain':<10} {'funcbwd.vmap':<14} functionalized")
     for r in rows:
-        lines.append(f"  {r.transform:<10} {r.plain.status:<10} {r.wrapped.status:<16}")
+        lines.append(f"  {r.transform:<10} {r.plain.status:<10} {r.mode.status:<14} "
+                     f"{r.wrapped.status}")
         if not r.plain.ok:
             lines += wrap(f"plain: {r.plain.detail}")
             if r.culprit:
                 lines += wrap(f"first in-place call that broke: {r.culprit}")
                 code = r.culprit_code
                 lines.append("      " + (code if len(code) <= WIDTH - 6 else code[:WIDTH - 9] + "..."))
-        if not r.wrapped.ok:
-            lines += wrap(f"functionalized: {r.wrapped.detail}")
-    fixed = sum(1 for r in rows if not r.plain.ok and r.wrapped.ok)
-    broken = [r.transform for r in rows if not r.wrapped.ok]
-    verdict = (f"funcbwd.functionalized fixes {fixed} of {sum(not r.plain.ok for r in rows)} "
-               "failing transforms; every requested transform works wrapped (checked against "
-               "a per-sample loop)" if not broken else
-               f"still failing wrapped: {', '.join(broken)}")
-    lines += wrap(verdict, "")
-    return "\n".join(lines)
+            if not r.mode.ok:
+                lines += wrap(f"funcbwd.vmap: {r.mode.detail}")
+            if not r.wrapped.ok:
+                lines += wrap(f"functionalized: {r.wrapped.detail}")
+    lines += wrap(recommendation(rows)[0], "")
+    return "\n".join(ln.rstrip() for ln in lines)
