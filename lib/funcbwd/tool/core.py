@@ -69,7 +69,16 @@ class Functionalizer:
             self.observer(CALLED, entry)
         if isinstance(entry, Untraceable):
             return self.fallback(entry, formula, args)
-        return entry.run(args)
+        versions = [(a, a._version) for a in args if isinstance(a, torch.Tensor)]
+        rng = torch.get_rng_state()
+        try:
+            return entry.run(args)
+        except RuntimeError as e:  # torch cannot run the graph here: the code as written might
+            if not any(m in str(e) for m in _GRAPH_LIMITS) or any(
+                    a._version != v for a, v in versions):
+                raise
+            torch.set_rng_state(rng)
+            return self.as_written(formula, args, e)
 
     def entry(self, key: Hashable, formula: Callable[..., Any], args: tuple):
         return self.cache.get(key, lambda: self._build(formula, args))
@@ -83,6 +92,24 @@ class Functionalizer:
             self.observer(TRACED, entry)
         return entry
 
+    def as_written(self, formula: Callable[..., Any], args: tuple, error: RuntimeError) -> Any:
+        """The graph of a signature raised at call time (e.g. torch refuses a functionalized
+        write into a tensor captured from outside under forward AD, or ``randomness="same"``
+        with a functionalized random op on a batched tensor): the code as written, under
+        funcbwd.vmap's in-place mode where a vmap level is active. If that fails too, the
+        graph's error is raised."""
+        try:
+            out = (_under_inplace_mode(formula, args) if internals.vmap_active()
+                   else formula(*args))
+        except Exception:  # noqa: BLE001 - neither runs: the graph's error is the one to see
+            raise error from None
+        if self.warn and not self._warned.is_set():
+            self._warned.set()
+            warnings.warn(f"funcbwd.functionalized({self.name}): its graph cannot run here "
+                          f"({type(error).__name__}: {first_line(str(error), 100)}); it ran as "
+                          "written instead", FunctionalizeFallbackWarning, stacklevel=5)
+        return out
+
     # --- untraceable --------------------------------------------------------------------------
     def fallback(self, entry: Untraceable, formula: Callable[..., Any], args: tuple) -> Any:
         if self.warn and not self._warned.is_set():
@@ -92,6 +119,10 @@ class Functionalizer:
                           "copy elision)", FunctionalizeFallbackWarning, stacklevel=4)
         if not internals.vmap_active():
             return formula(*args)  # eager in-place is differentiable without a vmap level
+        try:
+            return _under_inplace_mode(formula, args)  # the code as written, funcbwd.vmap's mode
+        except Exception:  # noqa: BLE001 - the mode cannot run it: functionalize at call time
+            pass
         try:
             return torch.func.functionalize(formula)(*args)
         except (RuntimeError, NotImplementedError) as e:
@@ -106,6 +137,20 @@ class Functionalizer:
                 f"{first_line(str(functionalized_error), 120)}; as written, {first_line(str(e), 120)}"
                 ". Make it traceable (no .item(), no value-dependent shapes) or write the copy "
                 "out of place") from e
+
+
+#: torch's refusals of a functionalized graph that the code as written does not meet (anything
+#: else a graph raises is a bug of the graph, and raises)
+_GRAPH_LIMITS = (
+    "RegisterFunctionalization",  # a captured tensor written, under forward AD (INTERNAL ASSERT)
+    "same randomness with a batched tensor input",  # a functionalized random op, randomness="same"
+)
+
+
+def _under_inplace_mode(formula: Callable[..., Any], args: tuple) -> Any:
+    from funcbwd.tool.vmap import run_inplace
+
+    return run_inplace(lambda: formula(*args))
 
 
 def _positional(fn: Callable[..., Any], n: int, names: tuple[str, ...]) -> Callable[..., Any]:

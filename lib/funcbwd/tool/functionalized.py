@@ -31,16 +31,14 @@ Contract:
   ``randomness=``; the graph computes what ``fn`` computes (same ops, same order).
 * **Untraceable ``fn``** (``.item()``, a Python branch on a tensor, ``nonzero``: data-dependent)
   warns once (:class:`FunctionalizeFallbackWarning`, with the reason) and runs at call time: with
-  a vmap level active, as ``torch.func.functionalize(fn)``; otherwise as written (eager in-place
-  is differentiable under grad/vjp/jvp/jacrev, whose forward has no vmap level). Where
-  functionalize's ``aten.copy`` meets forward AD (``jacfwd``, ``hessian``: vmap over jvp; torch
-  raises "Trying to use forward AD with aten::copy" before any write is applied) it retries ``fn``
-  as written, which forward AD handles. **What cannot work**: an untraceable ``fn`` writing a
-  batched value into an unbatched tensor in place under vmap over reverse mode (``vmap(jacrev)``,
-  ``vmap(vjp)`` with batched primals): as written vmap refuses the write, functionalized
-  ``aten.copy`` has no derivative (torch raises "derivative for aten::copy is not implemented"
-  from the backward, too late to retry) and there is no graph to elide it from. ``.item()`` on a
-  batched tensor fails under vmap in any case (torch). A traceable ``fn`` has none of these limits.
+  a vmap level active, as written under :func:`funcbwd.vmap`'s in-place mode
+  (:mod:`funcbwd.tool.inplace`), else as ``torch.func.functionalize(fn)``, else as written;
+  without a vmap level, as written (eager in-place is differentiable under grad/vjp/jvp/jacrev).
+  ``.item()`` on a batched tensor fails under vmap in any case (torch).
+* **A graph torch refuses to run** where the code as written runs (a write into a tensor captured
+  from outside under forward AD: torch's functionalization asserts; a functionalized random op on
+  a batched tensor with ``randomness="same"``): that call runs as written (under the in-place
+  mode with a vmap level), with the one-time warning. Any other error of a graph is raised.
 
 First call: the trace costs a few milliseconds per formula (see docs/your-code.md for the
 numbers). The one-time costs that remain in a fresh process are torch's: functionalizing an
