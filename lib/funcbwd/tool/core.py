@@ -148,9 +148,11 @@ _GRAPH_LIMITS = (
 
 
 def _under_inplace_mode(formula: Callable[..., Any], args: tuple) -> Any:
-    from funcbwd.tool.vmap import run_inplace
+    from funcbwd.tool.inplace import InplaceMode
+    from funcbwd.tool.oldstyle import functions_converted
 
-    return run_inplace(lambda: formula(*args))
+    with functions_converted(), InplaceMode():
+        return formula(*args)
 
 
 def _positional(fn: Callable[..., Any], n: int, names: tuple[str, ...]) -> Callable[..., Any]:
