@@ -210,3 +210,24 @@ def test_cli_json_records_carry_measured_errors_truth_and_mutation(capsys):
         if r["status"] == "pass":
             assert isinstance(r["max_abs_err"], float) and isinstance(r["truth_err"], float), r
         assert r["input_mutation"] is None
+
+
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    return t.as_strided((2, 3), (1, 2), 1)  # an explicit storage offset: absolute in the storage
+
+
+STRIDED = OpSpec(name="strided_offset", torch_op=_strided,
+                 formula=lambda x, g: torch.zeros_like(x).as_strided_scatter(g, (2, 3), (1, 2), 1),
+                 formula_args=lambda a, o, g: (a[0], g[0]), grad_positions=(0,), source="a test formula",
+                 fixed_by="-", make_samples=lambda: [Sample("4x4", (torch.randn(
+                     4, 4, generator=torch.Generator().manual_seed(3)),))],
+                 schema="(Tensor self, Tensor grad) -> Tensor", group="test_only")
+
+
+@pytest.mark.parametrize("scenario", ["grad_inside_vmap", "vmap_jacrev"])
+def test_torchs_gradient_per_entry_runs_on_a_clone_not_a_view_of_the_batch(scenario):
+    # on an uncloned view x[b] the storage offset 1 is entry 0's storage: torch's "truth" was
+    # entry 0's gradient for every entry, and builtin (right) was marked legacy_wrong (1.91, 1.0)
+    cell = runner.run(STRIDED, scenario, "builtin")
+    assert cell.status == "pass", cell.record()
+    assert cell.truth_err == 0.0 and not cell.legacy_wrong
