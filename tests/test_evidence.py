@@ -115,6 +115,34 @@ class Off(Plain):
         return get_strategy("plain")
 
 
+class TriplesGrad(PerFormula):
+    """A broken strategy on WRITES (eager leaves the caller's cotangent x2): it returns the right
+    value but leaves the caller's cotangent x3 (or zeroed); eager changes it too, by name only."""
+
+    def __init__(self, factor: float, name: str):
+        super().__init__()
+        self.factor, self.name = factor, name
+
+    def run_formula(self, op, args):
+        out = super().run_formula(op, args)
+        if internals.vmap_active():
+            with torch.no_grad():
+                args[0].mul_(self.factor / 2)  # the formula already left it x2
+        return out
+
+
+@pytest.mark.parametrize("factor", [3.0, 0.0])
+def test_eager_changing_the_cotangent_too_is_compared_by_value(factor):
+    bad = runner.run(WRITES, "vmap_cotangents", TriplesGrad(factor, f"times_{factor:g}"))
+    assert (bad.status, bad.reason) == ("fail", "mutated_input"), bad.record()
+    m = bad.input_mutation[0]
+    assert m["tensor"] == "cotangent 0" and not m["eager_too"] and m["vs_eager"] > 0
+    # per_formula leaves what eager leaves (x2): the formula's own property
+    same = runner.run(WRITES, "vmap_cotangents", "per_formula")
+    assert same.status == "pass", same.record()
+    assert same.input_mutation and all(m["eager_too"] and m["vs_eager"] == 0.0 for m in same.input_mutation)
+
+
 def test_a_pass_carries_its_measured_error_and_an_error_over_tolerance_is_a_mismatch():
     small = runner.run(CLEAN, "vmap_cotangents", Off(5e-7))
     assert small.status == "pass"

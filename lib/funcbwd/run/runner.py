@@ -14,9 +14,10 @@ A trial passes when it agrees with torch's truth where the scenario has one (and
 loop is only a witness: ``legacy_wrong`` when the loop itself disagrees with the truth, i.e. the
 legacy formula is wrong there), else with the loop. A result that agrees with a wrong legacy
 loop but not with the truth is a ``mismatch`` with reason ``legacy_wrong``. A caller tensor the
-call changed is ``input_mutation``; when eager autograd changes it too
-(:func:`funcbwd.run.caller.eager_changes`: the formula writes into its own args) it is reported as
-the formula's property, otherwise the cell fails with reason ``mutated_input``.
+call changed is ``input_mutation``; when eager autograd leaves it with the same values
+(:func:`funcbwd.run.caller.eager_after`, per batch entry on the caller's values, compared by value:
+the formula writes into its own args) it is reported as the formula's property, otherwise the cell
+fails with reason ``mutated_input``.
 
 Provenance: :func:`run` turns the events the strategy recorded into ``mechanism`` (what ran,
 distinct texts, the mechanism's own first) and ``mechanism_ran`` (any event of this strategy with
@@ -157,19 +158,26 @@ def _unless_reference_fails_too(trial: Trial, snap: caller.Snapshot, error: Exce
             f"{type(error).__name__}") from error
 
 
-def _eager_changes_for(case: Case) -> Callable[[], dict[str, float]]:
-    memo: dict[str, dict[str, float]] = {}
+def _against_eager(case: Case, trial: Trial, snap: caller.Snapshot, changes: list[caller.Change],
+                   tol: Callable[[torch.dtype], tolerances.Tolerance]) -> list[caller.Change]:
+    """Each change compared by value with what plain eager autograd leaves in that tensor
+    (:func:`funcbwd.run.caller.eager_after`, on the values the caller handed over): ``eager_too``
+    only where the strategy left the same values eager does."""
+    try:
+        after = caller.eager_after(case.op, case.sample, case.reference, snap.names, snap.copies,
+                                   case.batch, trial.bdims)
+    except Exception:  # noqa: BLE001 - eager cannot run on these values: nothing to excuse a change
+        after = {}
+    out = []
+    for c in changes:
+        now = snap.tensors[snap.names.index(c.tensor)]
+        t = tol(now.dtype)
+        same, diff = caller.matches_eager(now, after.get(c.tensor), t.atol, t.rtol)
+        out.append(dataclasses.replace(c, eager_too=same, vs_eager=diff))
+    return out
 
-    def get() -> dict[str, float]:
-        if "v" not in memo:
-            memo["v"] = caller.eager_changes(case.op, case.sample, case.reference)
-        return memo["v"]
 
-    return get
-
-
-def run_trial(case: Case, trial: Trial, tol: Callable[[torch.dtype], tolerances.Tolerance],
-              eager: Callable[[], dict[str, float]]) -> TrialOutcome:
+def run_trial(case: Case, trial: Trial, tol: Callable[[torch.dtype], tolerances.Tolerance]) -> TrialOutcome:
     """One trial: the strategy's call on the caller's tensors, then both references on fresh
     copies. Raises what the strategy's call raises."""
     snap = caller.Snapshot.of(trial.inputs)
@@ -186,8 +194,7 @@ def run_trial(case: Case, trial: Trial, tol: Callable[[torch.dtype], tolerances.
     if changes:
         # the results may alias a changed caller tensor (a formula returning its grad): keep them
         actual = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in actual)
-        known = eager()
-        changes = [dataclasses.replace(c, eager_too=c.tensor in known) for c in changes]
+        changes = _against_eager(case, trial, snap, changes, tol)
         snap.restore()  # later trials and the references see the caller's values
     try:
         expected = tuple(trial.loop(snap.fresh()))
@@ -240,7 +247,8 @@ def _fill(result: CellResult, outcomes: list[TrialOutcome]) -> None:
         c = next(c for c in bad.changes if not c.eager_too)
         result.status, result.reason = "fail", "mutated_input"
         result.message = (f"changed the caller's {c.tensor} by up to {c.max_abs_change:.3g} "
-                          "(eager autograd does not)")
+                          + ("(eager autograd does not)" if c.vs_eager is None or c.vs_eager == c.max_abs_change
+                             else f"(eager autograd changes it too, to values {c.vs_eager:.3g} away)"))
         return
     result.status = "mismatch"
     cmp = bad.vs_truth or bad.vs_loop
@@ -284,7 +292,6 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
     case = Case(spec, smp, st, entries_kind=entries, **({"batch": batch} if batch is not None else {}))
     result.entries, result.rules = entries, list(getattr(st, "rules", ()))
     tol = lambda dt: tolerances.tolerance(dt, spec.name, scenario)  # noqa: E731
-    eager = _eager_changes_for(case)
     outcomes: list[TrialOutcome] = []
     label = ""
     start = time.perf_counter()
@@ -301,7 +308,7 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
                     if budget_s is not None and outcomes and time.perf_counter() - start > budget_s:
                         break
                     label = trial.label
-                    outcomes.append(run_trial(case, trial, tol, eager))
+                    outcomes.append(run_trial(case, trial, tol))
                     result.trials_run += 1
                     if not outcomes[-1].ok:
                         break
