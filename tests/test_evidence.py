@@ -25,6 +25,7 @@ from funcbwd.run import compare, runner, tolerances
 from funcbwd.strategies import provenance
 from funcbwd.strategies.per_formula import PerFormula
 from funcbwd.strategies.plain import Plain
+from funcbwd.strategies.traced import Traced
 
 STRATEGIES = ("plain", "per_formula", "traced", "whole", "hooks")
 
@@ -259,3 +260,39 @@ def test_torchs_gradient_per_entry_runs_on_a_clone_not_a_view_of_the_batch(scena
     cell = runner.run(STRIDED, scenario, "builtin")
     assert cell.status == "pass", cell.record()
     assert cell.truth_err == 0.0 and not cell.legacy_wrong
+
+
+class ZerosTraced(Traced):
+    """A broken ``traced``: its backward returns zeros under every transform (as written outside
+    them, so its reference loop is the right formula)."""
+
+    name = "zeros_traced"
+
+    def run_formula(self, op, args):
+        out = super().run_formula(op, args)
+        if internals.stack_depth() == 0:
+            return out
+        if isinstance(out, (tuple, list)):
+            return tuple(None if o is None else torch.zeros_like(o) for o in out)
+        return torch.zeros_like(out)
+
+
+def test_a_cell_whose_truth_is_zero_is_uninformative_and_never_a_fix():
+    from funcbwd.studies.matrix.summary import fixes_over_plain
+
+    zeros = ZerosTraced()
+    # index_select's second derivative is zero: the zeros formula "passes" jacrev_jacrev and jacfwd_jacrev
+    cells = [runner.run("index_select", sc, s) for sc in ("jacrev_jacrev", "jacfwd_jacrev")
+             for s in (zeros, "traced", "plain")]
+    by = {(c.scenario, c.strategy): c for c in cells}
+    for sc in ("jacrev_jacrev", "jacfwd_jacrev"):
+        assert by[sc, "zeros_traced"].status == "uninformative", by[sc, "zeros_traced"].record()
+        assert by[sc, "traced"].status == "uninformative"  # the right formula is no evidence there either
+        assert by[sc, "plain"].status in ("fail", "mismatch")
+    kinds = fixes_over_plain(cells)
+    assert kinds["zeros_traced"]["fixes"] == [] and kinds["traced"]["fixes"] == []
+    assert kinds["zeros_traced"]["uninformative"] == [("index_select", "jacfwd_jacrev"),
+                                                     ("index_select", "jacrev_jacrev")]
+    # where the answer is not zero the same mutant is caught
+    assert runner.run("index_select", "vmap_cotangents", zeros).status == "mismatch"
+    assert runner.run("prod", "jacrev_jacrev", zeros).status == "mismatch"

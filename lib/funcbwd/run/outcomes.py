@@ -11,7 +11,9 @@ import re
 from typing import Iterable
 import warnings
 
-STATUSES = ("pass", "fail", "mismatch", "timeout", "not_applicable")
+#: "uninformative": it passed, but an all-zeros result would pass the same check (torch's answer
+#: is zero there): no evidence, never counted as a pass or a fix
+STATUSES = ("pass", "fail", "mismatch", "timeout", "uninformative", "not_applicable")
 REASONS = {
     "vmap_inplace": "vmap in-place error: an unbatched in-place target received a batched tensor",
     "data_dependent": "data-dependent shape or control flow (.item(), nonzero, masked_select)",

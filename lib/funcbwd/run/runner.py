@@ -10,6 +10,9 @@ For each trial of the scenario (:mod:`funcbwd.run.scenario`; one per in_dims cho
 3. compare, measuring the errors against both (:func:`funcbwd.run.compare.compare`, per-dtype
    tolerances from :mod:`funcbwd.run.tolerances`).
 
+A cell whose every trial an all-zeros result would pass too (torch's answer is zero there, or
+within tolerance of it) is ``uninformative``, a verdict of its own: no evidence, never a fix.
+
 A trial passes when it agrees with torch's truth where the scenario has one (and then the
 loop is only a witness: ``legacy_wrong`` when the loop itself disagrees with the truth, i.e. the
 legacy formula is wrong there), else with the loop. A result that agrees with a wrong legacy
@@ -130,6 +133,9 @@ class TrialOutcome:
     legacy_wrong: bool
     changes: list[caller.Change]
     truth_note: str = ""
+    #: an all-zeros result would pass this trial's check too (its true answer is zero, or within
+    #: tolerance of it): the trial cannot tell a zero formula from the right one
+    zeros_pass: bool = False
 
     @property
     def ok(self) -> bool:
@@ -208,11 +214,23 @@ def run_trial(case: Case, trial: Trial, tol: Callable[[torch.dtype], tolerances.
         except Exception as e:  # noqa: BLE001 - torch's own composition cannot run: say so
             note = f"torch's own gradient unavailable: {type(e).__name__}: {first_line(str(e), 160)}"
     vs_loop = compare(actual, expected, tol)
+    decides = truth if truth is not None and case.op.formula is not None else expected
+    zeros = zeros_would_pass(decides, tol)
     if case.op.formula is None:  # no legacy formula: the loop is torch's own gradient already
-        return TrialOutcome(vs_loop, vs_loop, False, changes, note)
+        return TrialOutcome(vs_loop, vs_loop, False, changes, note, zeros)
     vs_truth = compare(actual, truth, tol) if truth is not None else None
     legacy_wrong = truth is not None and not compare(expected, truth, tol).ok
-    return TrialOutcome(vs_loop, vs_truth, legacy_wrong, changes, note)
+    return TrialOutcome(vs_loop, vs_truth, legacy_wrong, changes, note, zeros)
+
+
+def zeros_would_pass(expected: Sequence[Any], tol: Callable[[torch.dtype], tolerances.Tolerance]) -> bool:
+    """Whether a result of all zeros passes the check against ``expected`` (the mutant that
+    tells an informative trial from one that cannot fail a zero formula)."""
+    try:
+        zeros = [torch.zeros_like(torch.as_tensor(e)) for e in expected]
+    except Exception:  # noqa: BLE001 - a non-tensor output: the check is not a tensor comparison
+        return False
+    return compare(zeros, expected, tol).ok
 
 
 def _cast(sample: registry.Sample, dtype: torch.dtype | None) -> registry.Sample:
@@ -320,6 +338,10 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
                 label = f"{result.trials_run} of {len(trials)} in_dims choices ran"
             elif result.status == "pass":
                 label = f"{len(trials)} in_dims choices" if len(trials) > 1 else ""
+            if result.status == "pass" and outcomes and all(o.zeros_pass for o in outcomes):
+                result.status = "uninformative"
+                result.message = ("torch's answer here is zero (within tolerance): a formula returning "
+                                  "zeros passes too, so this pass is no evidence (never a fix)")
         except NotApplicableError as e:
             result.status, result.message = "not_applicable", str(e)
         except Exception as e:  # noqa: BLE001 - every failure is a classified cell
