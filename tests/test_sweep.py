@@ -192,3 +192,17 @@ def test_the_deep_pass_covers_every_inplace_cell_of_the_saved_sweep():
     text = deep.format_result(doc)
     assert all(len(line) <= 100 for line in text.splitlines()), text
     assert all(r["trials_run"] <= r["trials_total"] for rs in doc["records"].values() for r in rs)
+
+
+def test_a_fallback_inside_a_graph_is_recorded_where_it_happens(capfd):
+    # traced_backward's graph calls unfold_backward through an OpOverload: vmap's fallback warning
+    # goes from C++ to the process's stderr, never to Python's warnings; it must still be counted
+    from funcbwd.studies.coverage import opinfo
+
+    op = opinfo.op_by_id("unfold")
+    spec, smp = opinfo.case_for(op, opinfo.samples(op, __import__("torch").float32, 1)[0], "0")
+    cells = {s: sweep.run_cell(spec, smp, "vmapvjp", s, PLAN) for s in ("builtin", "traced_backward")}
+    for s, c in cells.items():
+        assert c.status == "pass" and c.fallback_ops == ["aten::unfold_backward"], (s, c.record())
+    assert cells["traced_backward"].mechanism_ran
+    assert "batching rule for aten::unfold_backward" not in capfd.readouterr().err  # taken, not echoed

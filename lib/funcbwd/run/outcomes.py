@@ -2,13 +2,19 @@
 
 :data:`STATUSES` and :data:`REASONS` are the vocabulary of every table; :func:`classify` maps an
 exception to a reason from its message; :func:`fallback_ops` is the one parser of vmap's
-"performance drop ... batching rule for <op>" warnings (the slow per-sample fallback).
+"performance drop ... batching rule for <op>" warnings (the slow per-sample fallback) and
+:func:`fallbacks_seen` the one way to collect them, from Python warnings and from the C++ stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import os
 import re
-from typing import Iterable
+import sys
+import tempfile
+from typing import Iterable, Iterator
 import warnings
 
 #: "uninformative": it passed, but an all-zeros result would pass the same check (torch's answer
@@ -32,9 +38,50 @@ REASONS = {
 _FALLBACK_RE = re.compile(r"batching rule for (\w+::\w+(?:\.\w+)?)")
 
 
-def fallback_ops(caught: Iterable[warnings.WarningMessage]) -> list[str]:
-    """The ATen ops named by vmap's "performance drop ... batching rule for <op>" warnings."""
-    return sorted({m.group(1) for w in caught for m in [_FALLBACK_RE.search(str(w.message))] if m})
+def fallback_ops(caught: Iterable[warnings.WarningMessage | str]) -> list[str]:
+    """The ATen ops named by vmap's "performance drop ... batching rule for <op>" warnings
+    (Python warnings, or lines torch's C++ wrote to stderr)."""
+    texts = (w if isinstance(w, str) else str(w.message) for w in caught)
+    return sorted({m.group(1) for t in texts for m in [_FALLBACK_RE.search(t)] if m})
+
+
+@dataclasses.dataclass
+class Fallbacks:
+    """What :func:`fallbacks_seen` saw: ``ops`` once the block has exited."""
+
+    ops: list[str] = dataclasses.field(default_factory=list)
+
+
+@contextlib.contextmanager
+def fallbacks_seen() -> Iterator[Fallbacks]:
+    """Every slow-fallback warning raised inside the block, wherever the op was called from.
+
+    vmap's fallback warns through torch's C++ warning handler: called from Python code it becomes
+    a Python warning, but an op called from C++ (an ``OpOverload`` in an FX graph, a C++ autograd
+    node) prints it to the process's stderr (fd 2), where ``warnings`` never sees it. So both are
+    captured: Python warnings (``record=True``, "always") and fd 2, redirected into a temporary file
+    for the block; captured stderr lines that are not fallback warnings are written back to stderr
+    afterwards. Process-global (fd 2, the warnings filters): callers run one block at a time."""
+    seen = Fallbacks()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield seen
+        finally:
+            try:
+                sys.stderr.flush()
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+            tmp.seek(0)
+            lines = tmp.read().decode(errors="replace").splitlines()
+            seen.ops = sorted(set(fallback_ops(caught)) | set(fallback_ops(lines)))
+            rest = [line for line in lines if not _FALLBACK_RE.search(line)]
+            if rest:
+                sys.stderr.write("\n".join(rest) + "\n")
 
 
 def classify(exc: BaseException) -> str:

@@ -34,7 +34,6 @@ import dataclasses
 import math
 import threading
 import time
-import warnings
 from typing import Any, Callable, ContextManager, Sequence
 
 import torch
@@ -44,14 +43,14 @@ from funcbwd.errors import BadInputError, NotApplicableError, first_line, parse_
 from funcbwd.ops import registry
 from funcbwd.run import caller, tolerances
 from funcbwd.run.compare import Comparison, compare
-from funcbwd.run.outcomes import classify, fallback_ops
+from funcbwd.run.outcomes import classify, fallbacks_seen
 from funcbwd.run.scenario import Case, Trial
 from funcbwd.run.scenarios import SCENARIO_GROUPS, SCENARIOS
 from funcbwd.strategies import get_strategy
 from funcbwd.strategies.provenance import Event
 
-# warnings.catch_warnings swaps process-global state: cells that capture the fallback warning
-# run one at a time (the strategies themselves are thread-safe; see tests/test_reliability.py).
+# fallbacks_seen swaps process-global state (warnings filters, fd 2): cells that capture the
+# fallback warning run one at a time (the strategies themselves are thread-safe; see tests/test_reliability.py).
 _CAPTURE_LOCK = threading.RLock()
 RECORD_KEYS = ("op", "sample", "scenario", "strategy", "dtype", "status", "reason", "message",
                "fallback_ops", "seconds", "max_abs_err", "max_rel_err", "truth_err",
@@ -314,8 +313,7 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
     label = ""
     start = time.perf_counter()
     before = internals.dispatch_state()
-    with _CAPTURE_LOCK, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _CAPTURE_LOCK, fallbacks_seen() as seen:
         try:
             with around() if around else contextlib.nullcontext():
                 trials = SCENARIOS[scenario].trials(case)
@@ -357,6 +355,6 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
         internals.restore_dispatch_state(before)
     result.seconds = time.perf_counter() - start
     result.detail = label
-    result.fallback_ops = fallback_ops(caught)
+    result.fallback_ops = seen.ops
     result.mechanism, result.mechanism_ran = mechanism_of(st.name, case.events)
     return result
