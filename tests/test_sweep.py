@@ -132,6 +132,24 @@ def test_regressions_and_fixes_pair_records_by_cell():
     assert summary.inplace_fixed_by(recs, "hooks") == {"not_fixed": 1}
 
 
+def test_unfinished_cells_are_their_own_columns_and_make_regressions_a_lower_bound():
+    spent = dict(_r("d", "vmapvjp", "traced_backward", "timeout"), trials_run=2, trials_total=4)
+    never = [dict(_r("e", "vmapvjp", st, "timeout"), trials_run=0) for st in ("builtin", "whole")]
+    recs = [_r("b", "vmapvjp", "builtin", "pass"), _r("b", "vmapvjp", "whole", "mismatch"),
+            _r("d", "vmapvjp", "builtin", "pass"), spent, *never]
+    s = summary.summarize(recs)
+    c = s["compositions"]["vmapvjp"]
+    assert (c["traced_backward"]["budget_spent"], c["traced_backward"]["unknown"]) == (1, 1)
+    assert (c["builtin"]["not_started"], c["whole"]["not_started"], c["whole"]["budget_spent"]) == (1, 1, 0)
+    assert c["whole"]["pass"] == 0 and s["unknown"] == 1
+    row = {tuple(r[:2]): r for r in render.composition_rows(s)}
+    cols = dict(zip(render.COLUMNS, row["vmapvjp", "traced_backward"][2:]))
+    assert cols["regressions"] == ">=0" and cols["budget_spent"] == "1" and cols["unknown"] == "1"
+    md = render.markdown({"meta": PLAN.meta()}, s)
+    assert "**At least 1 regressions against builtin**" in md and "1 budget spent" in md
+    assert "| budget spent | not started |" in md
+
+
 def _entry(test, op, kind="xfail", variant=""):
     return upstream.Entry(test, op, variant, kind, "a reason", "inline", 1, (1,), ("s",))
 
