@@ -204,8 +204,13 @@ def test_the_deep_pass_covers_every_inplace_cell_of_the_saved_sweep():
 
     root = Path(__file__).resolve().parents[1] / "data"
     doc = json.loads((root / deep.FILE_NAME).read_text())
-    cells = deep.inplace_cells(data.load(root / data.FILE_NAME)["records"])
-    assert sorted(doc["records"]) == sorted(f"{op} {comp}" for op, _, _, comp in cells)
+    records = data.load(root / data.FILE_NAME)["records"]
+    cells = deep.inplace_cells(records)
+    left = deep.pending(records, doc)
+    # the in-place shape error's cells (native_group_norm, vmapvjp) were found after the deep
+    # pass ran: listed as pending, never silently covered
+    assert {c[0] for c in left} <= {"native_group_norm"} and all(c[1] != "0" for c in left)
+    assert sorted(doc["records"]) == sorted(f"{c[0]} {c[3]}" for c in cells if c not in left)
     assert doc["schema"] == deep.SCHEMA and doc["meta"]["budget_s"] > PLAN.budget_s
     text = deep.format_result(doc)
     assert all(len(line) <= 100 for line in text.splitlines()), text
@@ -224,3 +229,41 @@ def test_a_fallback_inside_a_graph_is_recorded_where_it_happens(capfd):
         assert c.status == "pass" and c.fallback_ops == ["aten::unfold_backward"], (s, c.record())
     assert cells["traced_backward"].mechanism_ran
     assert "batching rule for aten::unfold_backward" not in capfd.readouterr().err  # taken, not echoed
+
+
+def test_stale_needs_every_sample_and_the_cap_is_in_the_records():
+    entry = [_entry("test_vjpvmap", "sin")]
+    one = [dict(_r("sin", "vjpvmap", "builtin", "pass"), sample_cap=1, samples_total=5)]
+    got = verdicts.upstream_verdicts(one, entry)[0]
+    assert got["verdict"] == "unresolved" and "first 1 of 5 samples" in got["evidence"]
+    # records saved before they carried the cap: the plan's cap (meta) counts
+    bare = [_r("sin", "vjpvmap", "builtin", "pass")]
+    meta = {"samples": {"float32": {"vjpvmap": 1}}}
+    assert verdicts.upstream_verdicts(bare, entry, meta=meta)[0]["verdict"] == "unresolved"
+    every = [dict(_r("sin", "vjpvmap", "builtin", "pass", sample=str(i)), sample_cap=None,
+                  samples_total=5) for i in range(5)]
+    assert verdicts.upstream_verdicts(every, entry)[0]["verdict"] == "stale"
+    # the sweep itself: every sample by default, the cap (for speed) written into every record
+    plan = sweep.Plan({"float32": {"vjpvmap": None}}, strategies=("builtin",), budget_s=60.0)
+    assert sweep.DEFAULT_PLAN.samples["float32"] == dict.fromkeys(sweep.COMPOSITIONS)
+    recs = sweep.sweep_op("atan2", plan)["records"]
+    total = recs[0]["samples_total"]
+    assert total > 1 and [r["sample"] for r in recs] == [str(i) for i in range(total)]
+    assert all(r["sample_cap"] is None and r["samples_total"] == total for r in recs)
+    capped = sweep.sweep_op("atan2", sweep.capped(plan, 2))["records"]
+    assert [(r["sample"], r["sample_cap"], r["samples_total"]) for r in capped] == [
+        ("0", 2, total), ("1", 2, total)]
+
+
+def test_the_inplace_shape_error_is_an_inplace_failure():
+    from funcbwd.run.outcomes import classify, is_inplace
+
+    msg = "output with shape [2, 2, 3, 3] doesn't match the broadcast shape [3, 2, 2, 3, 3]"
+    assert classify(RuntimeError(msg)) == "inplace_shape"
+    assert is_inplace("inplace_shape") and is_inplace("other", msg) and not is_inplace("other", "x")
+    # records saved with reason "other" count as in-place failures and in-place fixes
+    recs = [dict(_r("gn", "vmapvjp", "builtin", "fail", "other"), message=msg),
+            _r("gn", "vmapvjp", "whole", "pass")]
+    s = summary.summarize(recs)
+    assert [f["cell"][0] for f in s["inplace_failures"]] == ["gn"]
+    assert s["compositions"]["vmapvjp"]["whole"]["inplace_fixes"] == 1

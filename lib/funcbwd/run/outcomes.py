@@ -22,6 +22,8 @@ import warnings
 STATUSES = ("pass", "fail", "mismatch", "timeout", "uninformative", "not_applicable")
 REASONS = {
     "vmap_inplace": "vmap in-place error: an unbatched in-place target received a batched tensor",
+    "inplace_shape": "in-place shape error: an in-place op's unbatched output cannot hold the batched "
+                     "result (output with shape [..] doesn't match the broadcast shape [B, ..])",
     "data_dependent": "data-dependent shape or control flow (.item(), nonzero, masked_select)",
     "functionalization_assert": "functionalization internal assert (a non-functional tensor met a functional one)",
     "composite_decomposed": "composite op decomposed before vmap saw it",
@@ -84,6 +86,18 @@ def fallbacks_seen() -> Iterator[Fallbacks]:
                 sys.stderr.write("\n".join(rest) + "\n")
 
 
+#: the reasons that are an in-place write meeting vmap: vmap's own in-place error, and the shape
+#: error of an in-place op whose unbatched output cannot hold the batched result
+INPLACE_REASONS = ("vmap_inplace", "inplace_shape")
+_INPLACE_SHAPE_RE = re.compile(r"output with shape \[[^\]]*\] doesn't match the broadcast shape")
+
+
+def is_inplace(reason: str, message: str = "") -> bool:
+    """Whether a failure is an in-place write meeting vmap (:data:`INPLACE_REASONS`); ``message``
+    re-reads records saved before the shape error had its own reason ("other")."""
+    return reason in INPLACE_REASONS or (reason == "other" and bool(_INPLACE_SHAPE_RE.search(message)))
+
+
 def classify(exc: BaseException) -> str:
     """The :data:`REASONS` key for a failure, read from the exception's message."""
     if type(exc).__name__ == "ReferenceFailed":
@@ -91,6 +105,8 @@ def classify(exc: BaseException) -> str:
     msg = str(exc)
     if "inplace arithmetic" in msg or re.search(r"vmap: \S+_\(self, \*extra_args\) is not possible", msg):
         return "vmap_inplace"
+    if _INPLACE_SHAPE_RE.search(msg):
+        return "inplace_shape"
     if any(s in msg for s in (".item()", "data-dependent", "dynamic shape", "differently shaped",
                               "nonzero", "Cannot call sizes")):
         return "data_dependent"

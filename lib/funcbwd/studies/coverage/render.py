@@ -105,7 +105,7 @@ def text(doc: dict[str, Any], summary: dict[str, Any], width: int = WIDTH) -> st
                                                for h in HEADERS[split:])],
                  [r[:2] + r[2 + split:] for r in rows if r[1] != "builtin"], width=width,
                  align="ll" + "r" * (len(COLUMNS) - split))]
-    counts = V.counts(doc.get("upstream_xfails") or [])
+    counts = V.counts(V.of_document(doc))
     if counts:
         out += ["", paragraph("upstream's expected failures, with the verdict computed on torch "
                               "2.13 from the records:", width),
@@ -148,7 +148,7 @@ def markdown(doc: dict[str, Any], summary: dict[str, Any]) -> str:
         lines += ["", "| cause | whose | cells | strategies | compositions | why |",
                   "|---|---|---|---|---|---|"]
         lines += ["| " + " | ".join([f"`{row[0]}`", *row[1:]]) + " |" for row in cause_rows(summary)]
-    counts = V.counts(doc.get("upstream_xfails") or [])
+    counts = V.counts(V.of_document(doc))
     if counts:
         lines += ["", "Upstream's expected failures (`test/functorch/test_ops.py`), each with a "
                       "verdict computed on torch 2.13:", "",

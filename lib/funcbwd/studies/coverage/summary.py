@@ -5,7 +5,8 @@ Records pair by cell (op, sample, dtype, composition). For a functionalizing str
 
 * a **regression**: ``builtin`` passes the cell and the strategy fails or mismatches it;
 * a **fix**: ``builtin`` fails or mismatches and the strategy passes with its mechanism ran;
-  an **in-place fix** when ``builtin``'s failure is vmap's in-place error (``vmap_inplace``);
+  an **in-place fix** when ``builtin``'s failure is an in-place write meeting vmap (vmap's
+  in-place error or the in-place shape error: :func:`funcbwd.run.outcomes.is_inplace`);
 * **unresolved**: either side ran out of budget (``timeout``): neither a pass nor a failure.
 
 A ``timeout`` record is one of two things, counted apart (:func:`unfinished_kind`): **budget
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
-from funcbwd.run.outcomes import STATUSES
+from funcbwd.run.outcomes import STATUSES, is_inplace
 from funcbwd.studies.coverage import causes
 
 BASELINE = "builtin"
@@ -66,7 +67,7 @@ def compare_cell(base: dict | None, other: dict | None) -> str:
     if base["status"] == "pass" and _bad(other):
         return "regression"
     if _bad(base) and other["status"] == "pass" and other["mechanism_ran"]:
-        return "inplace_fix" if base["reason"] == "vmap_inplace" else "fix"
+        return "inplace_fix" if is_inplace(base["reason"], base["message"]) else "fix"
     return "same"
 
 
@@ -82,7 +83,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     regressions, fixes, inplace = [], [], []
     for cell, per in cells.items():
         base = per.get(BASELINE)
-        if base is not None and base["status"] == "fail" and base["reason"] == "vmap_inplace":
+        if base is not None and base["status"] == "fail" and is_inplace(base["reason"], base["message"]):
             inplace.append({"cell": cell, "message": base["message"], "detail": base["detail"]})
         for st, r in per.items():
             c = comps.setdefault(cell[3], {}).setdefault(st, Counter())
@@ -122,7 +123,7 @@ def inplace_fixed_by(records: Sequence[dict[str, Any]], strategy: str) -> dict[s
     out = Counter()
     for cell, per in by_cell(records).items():
         base = per.get(BASELINE)
-        if base is None or not (base["status"] == "fail" and base["reason"] == "vmap_inplace"):
+        if base is None or not (base["status"] == "fail" and is_inplace(base["reason"], base["message"])):
             continue
         r = per.get(strategy)
         if r is None:

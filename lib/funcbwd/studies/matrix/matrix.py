@@ -122,7 +122,8 @@ STATUS_LABEL = {"pass": "pass", "pass_fallback": "pass (slow fallback)",
 STATUS_SHORT = {"pass": "ok", "pass_fallback": "ok+fb", "without_mechanism": "ok*", "mismatch": "WRONG",
                 "fail": "FAIL", "timeout": "TIME", "uninformative": "zero?", "not_applicable": "n/a"}
 #: failure reason (:data:`funcbwd.run.outcomes.REASONS`) -> its code in a compact cell (``F:code``)
-REASON_CODE = {"vmap_inplace": "inpl", "data_dependent": "data", "functionalization_assert": "func",
+REASON_CODE = {"vmap_inplace": "inpl", "inplace_shape": "inpl", "data_dependent": "data",
+               "functionalization_assert": "func",
                "composite_decomposed": "comp", "no_batch_rule": "rule", "leaked_state": "leak",
                "no_jvp": "jvp", "mutated_input": "mut", "reference_failed": "ref", "other": "other",
                "": "other"}
