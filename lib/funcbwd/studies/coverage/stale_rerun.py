@@ -1,0 +1,97 @@
+"""Re-run the cells behind the committed sweep's "stale" upstream verdicts with every sample.
+
+The committed sweep (``data/coverage.json.gz``) ran vmapvjpvjp, vmapjvpvjp, vmapjvpall and vjpvmap
+on each op's first float32 sample only, so its "stale" verdicts for them said "builtin passes 1 of
+1 samples" while upstream's tests loop over every sample. This re-runs ``builtin`` (torch as is)
+on every float32 sample of the ops :data:`OPS` names, one composition at a time (only the ops
+whose entry for that composition was "stale"), with the sweep's budgets, into a NEW file (never
+over the committed data). Resumable: each composition's ops are appended to
+``<out>.<composition>.partial.jsonl`` as they finish (``--resume`` skips them).
+
+    nice -n 19 python -m funcbwd.studies.coverage.stale_rerun [--out data/coverage-stale-rerun.json.gz]
+                                                              [--resume] [--op-budget 90]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from funcbwd.studies.coverage import data, sweep, verdicts
+
+FILE_NAME = "coverage-stale-rerun.json.gz"
+#: the casts, max_pool2d, max_unpool2d, the dropout family, masked.mean, mvlgamma,
+#: hinge_embedding_loss, quantile, nanquantile (cheapest first)
+OPS = ("double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf", "to",
+       "mvlgamma.mvlgamma_p_1", "mvlgamma.mvlgamma_p_3", "mvlgamma.mvlgamma_p_5",
+       "nn.functional.hinge_embedding_loss", "quantile", "nanquantile", "masked.mean",
+       "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
+       "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout.with_train",
+       "nn.functional.feature_alpha_dropout.without_train", "nn.functional.max_unpool2d",
+       "nn.functional.max_unpool2d.grad", "nn.functional.max_pool2d")
+
+
+def stale_cells(doc: dict[str, Any], ops: Sequence[str] = OPS) -> dict[str, list[str]]:
+    """composition -> the ops of ``ops`` whose upstream entry for it the saved sweep called stale."""
+    out: dict[str, list[str]] = {}
+    for v in doc["upstream_xfails"]:
+        oid = v["op"] + (f".{v['variant']}" if v["variant"] else "")
+        comp = verdicts.COMPOSITION_OF[v["test"]]
+        if v["verdict"] == "stale" and oid in ops and comp != "vmapvjp":
+            out.setdefault(comp, [])
+            if oid not in out[comp]:
+                out[comp].append(oid)
+    order = ("vmapjvpvjp", "vmapvjpvjp", "vmapjvpall", "vjpvmap")  # where upstream's finds are
+    return {c: sorted(out[c], key=list(ops).index) for c in sorted(out, key=order.index)}
+
+
+def run(cells: dict[str, list[str]], out: Path, resume: bool, op_budget_s: float) -> dict[str, Any]:
+    records, metas = [], {}
+    for comp, ops in cells.items():
+        plan = dataclasses.replace(sweep.DEFAULT_PLAN, samples={"float32": {comp: None}},
+                                   strategies=(sweep.BASELINE,), op_budget_s=op_budget_s,
+                                   item_timeout_s=op_budget_s + 300)
+        part = out.with_name(out.name.removesuffix(".json.gz") + f".{comp}")
+        print(f"{comp}: {len(ops)} ops, every sample", file=sys.stderr, flush=True)
+        results = sweep.run_sweep(",".join(ops), plan, out=part, resume=resume, progress=True)
+        records += [r for res in results for r in res["records"]]
+        metas[comp] = {"ops": ops, "op_seconds": {r["op"]: r["seconds"] for r in results}}
+    return {"records": records, "per_composition": metas}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import torch
+
+    ap = argparse.ArgumentParser(prog="python -m funcbwd.studies.coverage.stale_rerun",
+                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--coverage", default="data/coverage.json.gz")
+    ap.add_argument("--out", default=f"data/{FILE_NAME}")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--op-budget", type=float, default=90.0, metavar="S",
+                    help="seconds per op and composition before its remaining samples are 'not "
+                    "started' records (default 90)")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    if out.resolve() == Path(args.coverage).resolve():
+        raise SystemExit("--out must be a new file, not the committed sweep")
+    doc = data.load(args.coverage)
+    cells = stale_cells(doc)
+    start = time.perf_counter()
+    res = run(cells, out, args.resume, args.op_budget)
+    meta = {**dataclasses.replace(sweep.DEFAULT_PLAN, strategies=(sweep.BASELINE,),
+                                  op_budget_s=args.op_budget).meta(),
+            "samples": {"float32": {c: None for c in cells}}, "torch": torch.__version__,
+            "ops": len({o for ops in cells.values() for o in ops}), "workers": 0,
+            "seconds": round(time.perf_counter() - start, 1), "rerun_of": args.coverage,
+            "per_composition": res["per_composition"]}
+    data.save(out, res["records"], meta, verdicts.upstream_verdicts(res["records"], meta=meta))
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
