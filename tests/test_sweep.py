@@ -267,3 +267,28 @@ def test_the_inplace_shape_error_is_an_inplace_failure():
     s = summary.summarize(recs)
     assert [f["cell"][0] for f in s["inplace_failures"]] == ["gn"]
     assert s["compositions"]["vmapvjp"]["whole"]["inplace_fixes"] == 1
+
+
+def test_the_stale_rerun_ran_every_sample_and_its_block_is_generated():
+    """data/coverage-stale-rerun.json.gz: builtin on every float32 sample of the cells behind the
+    committed sweep's stale verdicts; docs/opinfo-sweep.md shows what changed."""
+    from pathlib import Path
+
+    from funcbwd.studies.coverage import stale_rerun
+    from funcbwd.views import readme
+
+    root = Path(__file__).resolve().parents[1]
+    old = data.load(root / "data" / data.FILE_NAME)
+    new = data.load(root / "data" / stale_rerun.FILE_NAME)
+    assert all(r["sample_cap"] is None and r["strategy"] == "builtin" for r in new["records"])
+    rows = stale_rerun.changes(old, new)
+    assert len(rows) == sum(len(o) for o in stale_rerun.stale_cells(old).values())
+    # a stale verdict now rests on every sample
+    by = summary.by_cell(new["records"])
+    for r in rows:
+        if r["verdict"] == "stale":
+            comp = verdicts.COMPOSITION_OF[r["test"]]
+            recs = [per["builtin"] for (op, _, _, c), per in by.items() if op == r["op"] and c == comp]
+            assert len(recs) == recs[0]["samples_total"] and all(x["status"] == "pass" for x in recs)
+    text = (root / "docs" / "opinfo-sweep.md").read_text()
+    assert readme.block(text, "stale-rerun") == stale_rerun.markdown(rows)

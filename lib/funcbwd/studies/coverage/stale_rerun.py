@@ -49,6 +49,37 @@ def stale_cells(doc: dict[str, Any], ops: Sequence[str] = OPS) -> dict[str, list
     return {c: sorted(out[c], key=list(ops).index) for c in sorted(out, key=order.index)}
 
 
+def _oid(v: dict[str, Any]) -> str:
+    return v["op"] + (f".{v['variant']}" if v["variant"] else "")
+
+
+def changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each upstream entry the saved sweep ``old`` called stale on a re-run composition, with the
+    re-run's (``new``) verdict and evidence."""
+    cells = {(c, o) for c, ops in stale_cells(old).items() for o in ops}
+    again = {(v["test"], _oid(v)): v for v in new["upstream_xfails"]}
+    out = []
+    for v in old["upstream_xfails"]:
+        if v["verdict"] == "stale" and (verdicts.COMPOSITION_OF[v["test"]], _oid(v)) in cells:
+            n = again[(v["test"], _oid(v))]
+            out.append({"test": v["test"], "op": _oid(v), "was": v["evidence"],
+                        "verdict": n["verdict"], "evidence": n["evidence"]})
+    return out
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The re-run's outcome as a markdown table (one row per entry)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    head = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    lines = [f"Of {len(rows)} entries the sweep called stale on one sample: {head}.", "",
+             "| test | op | verdict with every sample | evidence |", "|---|---|---|---|"]
+    lines += [f"| `{r['test'].removeprefix('test_')}` | `{r['op']}` | {r['verdict']} | "
+              f"{r['evidence'][:100].replace('|', '/')} |" for r in rows]
+    return "\n".join(lines)
+
+
 def run(cells: dict[str, list[str]], out: Path, resume: bool, op_budget_s: float) -> dict[str, Any]:
     records, metas = [], {}
     for comp, ops in cells.items():
