@@ -292,3 +292,11 @@ def test_the_stale_rerun_ran_every_sample_and_its_block_is_generated():
             assert len(recs) == recs[0]["samples_total"] and all(x["status"] == "pass" for x in recs)
     text = (root / "docs" / "opinfo-sweep.md").read_text()
     assert readme.block(text, "stale-rerun") == stale_rerun.markdown(rows)
+    # the functionalizing strategies ran on every in-place cell the re-run found
+    inplace = data.load(root / "data" / stale_rerun.INPLACE_FILE_NAME)["records"]
+    found = {tuple(f["cell"]) for f in summary.summarize(new["records"])["inplace_failures"]}
+    assert {summary.cell_of(r) for r in inplace} == found
+    assert {r["strategy"] for r in inplace} == set(sweep.STRATEGIES)
+    fixed = summary.summarize(inplace)["compositions"]["vmapjvpvjp"]
+    assert {st: fixed[st]["inplace_fixes"] for st in ("whole", "hooks", "traced_backward")} == dict.fromkeys(
+        ("whole", "hooks", "traced_backward"), 15)

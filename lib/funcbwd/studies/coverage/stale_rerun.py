@@ -94,6 +94,36 @@ def run(cells: dict[str, list[str]], out: Path, resume: bool, op_budget_s: float
     return {"records": records, "per_composition": metas}
 
 
+INPLACE_FILE_NAME = "coverage-stale-rerun-inplace.json.gz"
+
+
+def inplace_rerun(doc: dict[str, Any], budget_s: float = 3.0) -> list[dict[str, Any]]:
+    """The functionalizing strategies on every in-place cell the re-run found (builtin fails with
+    an in-place write meeting vmap), with the sweep's budget per cell: builtin's record again and
+    one per strategy, as the sweep makes them."""
+    import torch
+
+    from funcbwd.studies.coverage import opinfo, summary
+
+    cells = [f["cell"] for f in summary.summarize(doc["records"])["inplace_failures"]]
+    plan = dataclasses.replace(sweep.DEFAULT_PLAN, budget_s=budget_s)
+    out, smps = [], {}
+    for i, (op_id, smp_name, _, comp) in enumerate(cells):
+        op = opinfo.op_by_id(op_id)
+        if op_id not in smps:
+            smps[op_id] = opinfo.samples(op, torch.float32)
+        spec, smp = opinfo.case_for(op, smps[op_id][int(smp_name)], smp_name)
+        base = sweep.run_cell(spec, smp, comp, sweep.BASELINE, plan)
+        first = [base.detail] if base.status in ("fail", "mismatch") else []
+        for st in plan.strategies:
+            r = base if st == sweep.BASELINE else sweep.run_cell(spec, smp, comp, st, plan, first)
+            out.append(sweep._record(r, comp, None, len(smps[op_id])))
+        print(f"{i + 1}/{len(cells)} {op_id} sample {smp_name} {comp}: "
+              + ", ".join(f"{r['strategy']} {r['status']}" for r in out[-len(plan.strategies):]),
+              file=sys.stderr, flush=True)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
@@ -105,8 +135,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--op-budget", type=float, default=90.0, metavar="S",
                     help="seconds per op and composition before its remaining samples are 'not "
                     "started' records (default 90)")
+    ap.add_argument("--inplace", action="store_true", help="instead: the functionalizing "
+                    f"strategies on the in-place cells of --out, into data/{INPLACE_FILE_NAME}")
     args = ap.parse_args(argv)
     out = Path(args.out)
+    if args.inplace:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            recs = inplace_rerun(data.load(out))
+        target = out.with_name(INPLACE_FILE_NAME)
+        data.save(target, recs, {**sweep.DEFAULT_PLAN.meta(), "cells_of": str(out),
+                                 "samples": {"float32": {}}, "cells": "the in-place cells of " + str(out)})
+        print(f"wrote {target}", file=sys.stderr)
+        return 0
     if out.resolve() == Path(args.coverage).resolve():
         raise SystemExit("--out must be a new file, not the committed sweep")
     doc = data.load(args.coverage)
