@@ -210,6 +210,11 @@ def test_the_deep_pass_covers_every_inplace_cell_of_the_saved_sweep():
     # the in-place shape error's cells (native_group_norm, vmapvjp) were found after the deep
     # pass ran: listed as pending, never silently covered
     assert {c[0] for c in left} <= {"native_group_norm"} and all(c[1] != "0" for c in left)
+    # ... and re-run apart: every pending cell has its records there
+    apart = json.loads((root / "coverage-deep-pending.json").read_text())
+    assert sorted(apart["records"]) == sorted(f"{c[0]} {c[3]} sample {c[1]}" for c in left)
+    assert {r["status"] for rs in apart["records"].values() for r in rs
+            if r["strategy"] != "builtin"} == {"pass", "uninformative"}
     assert sorted(doc["records"]) == sorted(f"{c[0]} {c[3]}" for c in cells if c not in left)
     assert doc["schema"] == deep.SCHEMA and doc["meta"]["budget_s"] > PLAN.budget_s
     text = deep.format_result(doc)

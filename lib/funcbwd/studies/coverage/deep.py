@@ -74,11 +74,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--coverage", default=f"data/{data.FILE_NAME}", metavar="FILE")
     ap.add_argument("--budget", type=float, default=120.0, metavar="S")
     ap.add_argument("--out", default=f"data/{FILE_NAME}", metavar="FILE")
+    ap.add_argument("--pending", default=None, metavar="DEEP_FILE", help="only the in-place cells "
+                    "that deep pass file has not re-run (write --out to a new file)")
     args = ap.parse_args(argv)
-    res = run(inplace_cells(data.load(args.coverage)["records"]), args.budget)
+    records = data.load(args.coverage)["records"]
+    cells = (pending(records, json.loads(Path(args.pending).read_text())) if args.pending
+             else inplace_cells(records))
+    if args.pending and Path(args.out).resolve() == Path(args.pending).resolve():
+        raise SystemExit("--out must be a new file with --pending")
+    res = run(cells, args.budget)
     doc = {"schema": SCHEMA,
-           "meta": {"what": "the cells where builtin fails with vmap's in-place error in "
-                            f"{Path(args.coverage).name}, re-run with a {args.budget:g} s budget per cell",
+           "meta": {"what": "the cells where builtin fails with an in-place write meeting vmap in "
+                            f"{Path(args.coverage).name}"
+                            + (f" that {Path(args.pending).name} has not re-run" if args.pending else "")
+                            + f", re-run with a {args.budget:g} s budget per cell",
                     "torch": torch.__version__, "script": "python -m funcbwd.studies.coverage.deep",
                     **res["plan"]},
            "records": res["records"]}
