@@ -25,6 +25,7 @@ from funcbwd.run import compare, runner, tolerances
 from funcbwd.strategies import provenance
 from funcbwd.strategies.per_formula import PerFormula
 from funcbwd.strategies.plain import Plain
+from funcbwd.strategies.traced import Traced
 
 STRATEGIES = ("plain", "per_formula", "traced", "whole", "hooks")
 
@@ -113,6 +114,34 @@ class Off(Plain):
         from funcbwd.strategies import get_strategy
 
         return get_strategy("plain")
+
+
+class TriplesGrad(PerFormula):
+    """A broken strategy on WRITES (eager leaves the caller's cotangent x2): it returns the right
+    value but leaves the caller's cotangent x3 (or zeroed); eager changes it too, by name only."""
+
+    def __init__(self, factor: float, name: str):
+        super().__init__()
+        self.factor, self.name = factor, name
+
+    def run_formula(self, op, args):
+        out = super().run_formula(op, args)
+        if internals.vmap_active():
+            with torch.no_grad():
+                args[0].mul_(self.factor / 2)  # the formula already left it x2
+        return out
+
+
+@pytest.mark.parametrize("factor", [3.0, 0.0])
+def test_eager_changing_the_cotangent_too_is_compared_by_value(factor):
+    bad = runner.run(WRITES, "vmap_cotangents", TriplesGrad(factor, f"times_{factor:g}"))
+    assert (bad.status, bad.reason) == ("fail", "mutated_input"), bad.record()
+    m = bad.input_mutation[0]
+    assert m["tensor"] == "cotangent 0" and not m["eager_too"] and m["vs_eager"] > 0
+    # per_formula leaves what eager leaves (x2): the formula's own property
+    same = runner.run(WRITES, "vmap_cotangents", "per_formula")
+    assert same.status == "pass", same.record()
+    assert same.input_mutation and all(m["eager_too"] and m["vs_eager"] == 0.0 for m in same.input_mutation)
 
 
 def test_a_pass_carries_its_measured_error_and_an_error_over_tolerance_is_a_mismatch():
@@ -210,3 +239,60 @@ def test_cli_json_records_carry_measured_errors_truth_and_mutation(capsys):
         if r["status"] == "pass":
             assert isinstance(r["max_abs_err"], float) and isinstance(r["truth_err"], float), r
         assert r["input_mutation"] is None
+
+
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    return t.as_strided((2, 3), (1, 2), 1)  # an explicit storage offset: absolute in the storage
+
+
+STRIDED = OpSpec(name="strided_offset", torch_op=_strided,
+                 formula=lambda x, g: torch.zeros_like(x).as_strided_scatter(g, (2, 3), (1, 2), 1),
+                 formula_args=lambda a, o, g: (a[0], g[0]), grad_positions=(0,), source="a test formula",
+                 fixed_by="-", make_samples=lambda: [Sample("4x4", (torch.randn(
+                     4, 4, generator=torch.Generator().manual_seed(3)),))],
+                 schema="(Tensor self, Tensor grad) -> Tensor", group="test_only")
+
+
+@pytest.mark.parametrize("scenario", ["grad_inside_vmap", "vmap_jacrev"])
+def test_torchs_gradient_per_entry_runs_on_a_clone_not_a_view_of_the_batch(scenario):
+    # on an uncloned view x[b] the storage offset 1 is entry 0's storage: torch's "truth" was
+    # entry 0's gradient for every entry, and builtin (right) was marked legacy_wrong (1.91, 1.0)
+    cell = runner.run(STRIDED, scenario, "builtin")
+    assert cell.status == "pass", cell.record()
+    assert cell.truth_err == 0.0 and not cell.legacy_wrong
+
+
+class ZerosTraced(Traced):
+    """A broken ``traced``: its backward returns zeros under every transform (as written outside
+    them, so its reference loop is the right formula)."""
+
+    name = "zeros_traced"
+
+    def run_formula(self, op, args):
+        out = super().run_formula(op, args)
+        if internals.stack_depth() == 0:
+            return out
+        if isinstance(out, (tuple, list)):
+            return tuple(None if o is None else torch.zeros_like(o) for o in out)
+        return torch.zeros_like(out)
+
+
+def test_a_cell_whose_truth_is_zero_is_uninformative_and_never_a_fix():
+    from funcbwd.studies.matrix.summary import fixes_over_plain
+
+    zeros = ZerosTraced()
+    # index_select's second derivative is zero: the zeros formula "passes" jacrev_jacrev and jacfwd_jacrev
+    cells = [runner.run("index_select", sc, s) for sc in ("jacrev_jacrev", "jacfwd_jacrev")
+             for s in (zeros, "traced", "plain")]
+    by = {(c.scenario, c.strategy): c for c in cells}
+    for sc in ("jacrev_jacrev", "jacfwd_jacrev"):
+        assert by[sc, "zeros_traced"].status == "uninformative", by[sc, "zeros_traced"].record()
+        assert by[sc, "traced"].status == "uninformative"  # the right formula is no evidence there either
+        assert by[sc, "plain"].status in ("fail", "mismatch")
+    kinds = fixes_over_plain(cells)
+    assert kinds["zeros_traced"]["fixes"] == [] and kinds["traced"]["fixes"] == []
+    assert kinds["zeros_traced"]["uninformative"] == [("index_select", "jacfwd_jacrev"),
+                                                     ("index_select", "jacrev_jacrev")]
+    # where the answer is not zero the same mutant is caught
+    assert runner.run("index_select", "vmap_cotangents", zeros).status == "mismatch"
+    assert runner.run("prod", "jacrev_jacrev", zeros).status == "mismatch"

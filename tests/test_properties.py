@@ -71,7 +71,8 @@ def _run_and_check(op: str, scenario: str, strategy: str, sample: registry.Sampl
     if r.status == "fail":
         assert r.reason in CLASSIFIED, f"unclassified failure: {r.record()}"
     if strategy in FIXING + ("builtin",):
-        assert r.status == "pass", r.record()
+        # an empty index gives an empty (all-zero) gradient: no evidence, but no failure either
+        assert r.status in ("pass", "uninformative"), r.record()
 
 
 @SETTINGS

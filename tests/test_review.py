@@ -63,6 +63,12 @@ def test_unsolved_cells_are_those_no_candidate_passes():
         {"op": "prod", "reason": "data_dependent", "scenarios": ["vmap"], "builtin_passes": []}]
     fixed = CELLS + [_cell("prod", "vmap", "d", "pass")]
     assert review.unsolved_cells(fixed, ["a", "d"]) == []
+    # a cell whose truth is zero (every candidate uninformative) is no evidence, not unsolved, and
+    # never a fix where plain fails
+    zero = [_cell("sort", "hess", "plain", "fail", reason="vmap_inplace"),
+            *[_cell("sort", "hess", st, "uninformative") for st in ("a", "b")]]
+    assert review.unsolved_cells(zero, ["a", "b"]) == []
+    assert review.matrix_evidence(zero)["a"]["fixes"] == 0
 
 
 def test_basis_says_which_samples():

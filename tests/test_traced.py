@@ -43,7 +43,8 @@ def test_traced_runs_with_vmap_fallback_disabled(op, scenario):
     with internals.vmap_fallback_disabled():
         r = runner.run(op, scenario, "traced", smp)
         base = runner.run(op, scenario, "per_formula", smp)
-    assert r.status == "pass", r.message
+    # diag's second derivative is zero: uninformative, but it ran without raising
+    assert r.status == ("uninformative" if scenario == "jacrev_jacrev" else "pass"), r.message
     if op == "diag":
         assert base.status == "fail" and "fallback" in base.message
 
@@ -77,7 +78,8 @@ def test_prod_is_untraceable_with_reason_and_still_passes_via_fallback():
     assert st.untraceable("diag") is None and "diag" not in st.fallbacks
     for smp in registry.get_op("prod").samples()[:4]:
         r = runner.run("prod", "vmap_cotangents", st, smp)
-        assert r.status == "pass", (smp.name, r.message)
+        # 'full, two zeros': prod's gradient is zero there (uninformative, not a failure)
+        assert r.status == ("uninformative" if smp.name == "full, two zeros" else "pass"), (smp.name, r.message)
 
 
 def _vmap_vjp_diag(st, k: int, batch: int = 3):

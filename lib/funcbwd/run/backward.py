@@ -161,7 +161,9 @@ def grad_inside_vmap(case: Case) -> list[Trial]:
         def loss(*p: torch.Tensor) -> torch.Tensor:
             return sum((o * ci).sum() for o, ci in zip(f(*p), c))
 
-        return tuple(torch.func.grad(loss, argnums=tuple(range(k)))(*[full[p] for p in s.diff]))
+        # each entry cloned: a view x[b] keeps the batch's storage, and ops that take absolute
+        # storage offsets (as_strided) would read entry 0's values through it
+        return tuple(torch.func.grad(loss, argnums=tuple(range(k)))(*[full[p].clone() for p in s.diff]))
 
     return [Trial("", inputs, lambda: tuple(st.transform(vmap(h))(*primals, *cts)),
                   per_sample(lambda full, c: loop_vjp(op, case.reference, full, s.diff, c)),
@@ -227,7 +229,8 @@ def _jacobian_scenario(transform: Callable[[Strategy, Callable], Callable],
         def truth(xs: list) -> tuple:
             args, xv = args_of(xs)
             f = truth_transform(_single(op, op.torch_op, s, args, p))
-            return (torch.stack([f(xv[b]) for b in range(case.batch)]) if batched else f(xv),)
+            # per-entry clones, not views: see grad_inside_vmap's torch_grad
+            return (torch.stack([f(xv[b].clone()) for b in range(case.batch)]) if batched else f(xv),)
 
         return [Trial("", inputs, call, loop, truth)]
 

@@ -200,12 +200,14 @@ def vmapvjp(op: Callable, sample: Any, g: torch.Generator, *, name: str = "") ->
     (cts, ct_spec), n = pytree.tree_flatten(_randn_like(out, g)), len(flat)
 
     other = [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor) and i not in at]
+    # the non-differentiated tensors (indices, masks: batched too) go to ``vjp`` as ``inputs``,
+    # not captured by the function: a strategy may make them graph inputs. Every tensor leaf is
+    # an argument, so ``fn`` is built once (the sample's constants only), not per call: a
+    # strategy that caches per function (traced_backward) would otherwise re-trace every call
+    fn = _normalized(op, flat, spec, kwargs, process, list(at) + other)
 
     def make(vjp: Callable, jvp: Callable) -> Callable:
         def f(*xs: Any) -> tuple:
-            # the non-differentiated tensors (indices, masks: batched too) go to ``vjp`` as
-            # ``inputs``, not captured by the function: a strategy may make them graph inputs
-            fn = _normalized(op, xs[:n], spec, kwargs, process, list(at) + other)
             _, vjp_fn = vjp(fn, *[xs[i] for i in at], inputs=[xs[i] for i in other])
             return tuple(vjp_fn(pytree.tree_unflatten(list(xs[n:]), ct_spec)))
         return f

@@ -90,7 +90,8 @@ def composition_trials(name: str) -> Callable[[Case], list[Trial]]:
                 return act.actual(in_dims, batched, vjp=st.vjp, transform=st.transform)
 
             label = f"in_dims={tuple(in_dims)}"
-            out.append(Trial(label, inputs, call, reference(ref), reference(tru)))
+            bdims = [in_dims[i] for i in positions]
+            out.append(Trial(label, inputs, call, reference(ref), reference(tru), bdims=bdims))
             if isinstance(act, VjpOfVmap):
                 continue
 
@@ -102,7 +103,8 @@ def composition_trials(name: str) -> Callable[[Case], list[Trial]]:
                 base = reference(c, in_dims)
                 return None if base is None else (lambda xs: tuple(t.unsqueeze(1) for t in base(xs)))
 
-            out.append(Trial("vmap(vmap) " + label, inputs, nested, unsqueezed(ref), unsqueezed(tru)))
+            out.append(Trial("vmap(vmap) " + label, inputs, nested, unsqueezed(ref), unsqueezed(tru),
+                             bdims=bdims))
         return out
 
     return trials

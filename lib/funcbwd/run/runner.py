@@ -10,13 +10,17 @@ For each trial of the scenario (:mod:`funcbwd.run.scenario`; one per in_dims cho
 3. compare, measuring the errors against both (:func:`funcbwd.run.compare.compare`, per-dtype
    tolerances from :mod:`funcbwd.run.tolerances`).
 
+A cell whose every trial an all-zeros result would pass too (torch's answer is zero there, or
+within tolerance of it) is ``uninformative``, a verdict of its own: no evidence, never a fix.
+
 A trial passes when it agrees with torch's truth where the scenario has one (and then the
 loop is only a witness: ``legacy_wrong`` when the loop itself disagrees with the truth, i.e. the
 legacy formula is wrong there), else with the loop. A result that agrees with a wrong legacy
 loop but not with the truth is a ``mismatch`` with reason ``legacy_wrong``. A caller tensor the
-call changed is ``input_mutation``; when eager autograd changes it too
-(:func:`funcbwd.run.caller.eager_changes`: the formula writes into its own args) it is reported as
-the formula's property, otherwise the cell fails with reason ``mutated_input``.
+call changed is ``input_mutation``; when eager autograd leaves it with the same values
+(:func:`funcbwd.run.caller.eager_after`, per batch entry on the caller's values, compared by value:
+the formula writes into its own args) it is reported as the formula's property, otherwise the cell
+fails with reason ``mutated_input``.
 
 Provenance: :func:`run` turns the events the strategy recorded into ``mechanism`` (what ran,
 distinct texts, the mechanism's own first) and ``mechanism_ran`` (any event of this strategy with
@@ -30,7 +34,6 @@ import dataclasses
 import math
 import threading
 import time
-import warnings
 from typing import Any, Callable, ContextManager, Sequence
 
 import torch
@@ -40,14 +43,14 @@ from funcbwd.errors import BadInputError, NotApplicableError, first_line, parse_
 from funcbwd.ops import registry
 from funcbwd.run import caller, tolerances
 from funcbwd.run.compare import Comparison, compare
-from funcbwd.run.outcomes import classify, fallback_ops
+from funcbwd.run.outcomes import classify, fallbacks_seen
 from funcbwd.run.scenario import Case, Trial
 from funcbwd.run.scenarios import SCENARIO_GROUPS, SCENARIOS
 from funcbwd.strategies import get_strategy
 from funcbwd.strategies.provenance import Event
 
-# warnings.catch_warnings swaps process-global state: cells that capture the fallback warning
-# run one at a time (the strategies themselves are thread-safe; see tests/test_reliability.py).
+# fallbacks_seen swaps process-global state (warnings filters, fd 2): cells that capture the
+# fallback warning run one at a time (the strategies themselves are thread-safe; see tests/test_reliability.py).
 _CAPTURE_LOCK = threading.RLock()
 RECORD_KEYS = ("op", "sample", "scenario", "strategy", "dtype", "status", "reason", "message",
                "fallback_ops", "seconds", "max_abs_err", "max_rel_err", "truth_err",
@@ -129,6 +132,9 @@ class TrialOutcome:
     legacy_wrong: bool
     changes: list[caller.Change]
     truth_note: str = ""
+    #: an all-zeros result would pass this trial's check too (its true answer is zero, or within
+    #: tolerance of it): the trial cannot tell a zero formula from the right one
+    zeros_pass: bool = False
 
     @property
     def ok(self) -> bool:
@@ -157,19 +163,26 @@ def _unless_reference_fails_too(trial: Trial, snap: caller.Snapshot, error: Exce
             f"{type(error).__name__}") from error
 
 
-def _eager_changes_for(case: Case) -> Callable[[], dict[str, float]]:
-    memo: dict[str, dict[str, float]] = {}
+def _against_eager(case: Case, trial: Trial, snap: caller.Snapshot, changes: list[caller.Change],
+                   tol: Callable[[torch.dtype], tolerances.Tolerance]) -> list[caller.Change]:
+    """Each change compared by value with what plain eager autograd leaves in that tensor
+    (:func:`funcbwd.run.caller.eager_after`, on the values the caller handed over): ``eager_too``
+    only where the strategy left the same values eager does."""
+    try:
+        after = caller.eager_after(case.op, case.sample, case.reference, snap.names, snap.copies,
+                                   case.batch, trial.bdims)
+    except Exception:  # noqa: BLE001 - eager cannot run on these values: nothing to excuse a change
+        after = {}
+    out = []
+    for c in changes:
+        now = snap.tensors[snap.names.index(c.tensor)]
+        t = tol(now.dtype)
+        same, diff = caller.matches_eager(now, after.get(c.tensor), t.atol, t.rtol)
+        out.append(dataclasses.replace(c, eager_too=same, vs_eager=diff))
+    return out
 
-    def get() -> dict[str, float]:
-        if "v" not in memo:
-            memo["v"] = caller.eager_changes(case.op, case.sample, case.reference)
-        return memo["v"]
 
-    return get
-
-
-def run_trial(case: Case, trial: Trial, tol: Callable[[torch.dtype], tolerances.Tolerance],
-              eager: Callable[[], dict[str, float]]) -> TrialOutcome:
+def run_trial(case: Case, trial: Trial, tol: Callable[[torch.dtype], tolerances.Tolerance]) -> TrialOutcome:
     """One trial: the strategy's call on the caller's tensors, then both references on fresh
     copies. Raises what the strategy's call raises."""
     snap = caller.Snapshot.of(trial.inputs)
@@ -186,8 +199,7 @@ def run_trial(case: Case, trial: Trial, tol: Callable[[torch.dtype], tolerances.
     if changes:
         # the results may alias a changed caller tensor (a formula returning its grad): keep them
         actual = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in actual)
-        known = eager()
-        changes = [dataclasses.replace(c, eager_too=c.tensor in known) for c in changes]
+        changes = _against_eager(case, trial, snap, changes, tol)
         snap.restore()  # later trials and the references see the caller's values
     try:
         expected = tuple(trial.loop(snap.fresh()))
@@ -201,11 +213,23 @@ def run_trial(case: Case, trial: Trial, tol: Callable[[torch.dtype], tolerances.
         except Exception as e:  # noqa: BLE001 - torch's own composition cannot run: say so
             note = f"torch's own gradient unavailable: {type(e).__name__}: {first_line(str(e), 160)}"
     vs_loop = compare(actual, expected, tol)
+    decides = truth if truth is not None and case.op.formula is not None else expected
+    zeros = zeros_would_pass(decides, tol)
     if case.op.formula is None:  # no legacy formula: the loop is torch's own gradient already
-        return TrialOutcome(vs_loop, vs_loop, False, changes, note)
+        return TrialOutcome(vs_loop, vs_loop, False, changes, note, zeros)
     vs_truth = compare(actual, truth, tol) if truth is not None else None
     legacy_wrong = truth is not None and not compare(expected, truth, tol).ok
-    return TrialOutcome(vs_loop, vs_truth, legacy_wrong, changes, note)
+    return TrialOutcome(vs_loop, vs_truth, legacy_wrong, changes, note, zeros)
+
+
+def zeros_would_pass(expected: Sequence[Any], tol: Callable[[torch.dtype], tolerances.Tolerance]) -> bool:
+    """Whether a result of all zeros passes the check against ``expected`` (the mutant that
+    tells an informative trial from one that cannot fail a zero formula)."""
+    try:
+        zeros = [torch.zeros_like(torch.as_tensor(e)) for e in expected]
+    except Exception:  # noqa: BLE001 - a non-tensor output: the check is not a tensor comparison
+        return False
+    return compare(zeros, expected, tol).ok
 
 
 def _cast(sample: registry.Sample, dtype: torch.dtype | None) -> registry.Sample:
@@ -240,7 +264,8 @@ def _fill(result: CellResult, outcomes: list[TrialOutcome]) -> None:
         c = next(c for c in bad.changes if not c.eager_too)
         result.status, result.reason = "fail", "mutated_input"
         result.message = (f"changed the caller's {c.tensor} by up to {c.max_abs_change:.3g} "
-                          "(eager autograd does not)")
+                          + ("(eager autograd does not)" if c.vs_eager is None or c.vs_eager == c.max_abs_change
+                             else f"(eager autograd changes it too, to values {c.vs_eager:.3g} away)"))
         return
     result.status = "mismatch"
     cmp = bad.vs_truth or bad.vs_loop
@@ -284,13 +309,11 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
     case = Case(spec, smp, st, entries_kind=entries, **({"batch": batch} if batch is not None else {}))
     result.entries, result.rules = entries, list(getattr(st, "rules", ()))
     tol = lambda dt: tolerances.tolerance(dt, spec.name, scenario)  # noqa: E731
-    eager = _eager_changes_for(case)
     outcomes: list[TrialOutcome] = []
     label = ""
     start = time.perf_counter()
     before = internals.dispatch_state()
-    with _CAPTURE_LOCK, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _CAPTURE_LOCK, fallbacks_seen() as seen:
         try:
             with around() if around else contextlib.nullcontext():
                 trials = SCENARIOS[scenario].trials(case)
@@ -301,7 +324,7 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
                     if budget_s is not None and outcomes and time.perf_counter() - start > budget_s:
                         break
                     label = trial.label
-                    outcomes.append(run_trial(case, trial, tol, eager))
+                    outcomes.append(run_trial(case, trial, tol))
                     result.trials_run += 1
                     if not outcomes[-1].ok:
                         break
@@ -313,6 +336,10 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
                 label = f"{result.trials_run} of {len(trials)} in_dims choices ran"
             elif result.status == "pass":
                 label = f"{len(trials)} in_dims choices" if len(trials) > 1 else ""
+            if result.status == "pass" and outcomes and all(o.zeros_pass for o in outcomes):
+                result.status = "uninformative"
+                result.message = ("torch's answer here is zero (within tolerance): a formula returning "
+                                  "zeros passes too, so this pass is no evidence (never a fix)")
         except NotApplicableError as e:
             result.status, result.message = "not_applicable", str(e)
         except Exception as e:  # noqa: BLE001 - every failure is a classified cell
@@ -328,6 +355,6 @@ def run(op: str | registry.OpSpec, scenario: str, strategy: Any,
         internals.restore_dispatch_state(before)
     result.seconds = time.perf_counter() - start
     result.detail = label
-    result.fallback_ops = fallback_ops(caught)
+    result.fallback_ops = seen.ops
     result.mechanism, result.mechanism_ran = mechanism_of(st.name, case.events)
     return result

@@ -46,6 +46,9 @@ class Trial:
     call: Callable[[], tuple]
     loop: Callable[[list[torch.Tensor]], tuple]
     truth: Callable[[list[torch.Tensor]], tuple] | None = None
+    #: each input's batch dim (None: unbatched); default: inferred from the shapes
+    #: (:func:`funcbwd.run.caller.eager_after`)
+    bdims: list[int | None] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,5 +264,6 @@ def per_in_dims(case: Case, extras: list[tuple[str, torch.Tensor]],
             return run
 
         trials.append(Trial(f"in_dims={in_dims}", list(zip(names, batched)), call,
-                            per_sample(loop_body), per_sample(truth_body) if truth_body else None))
+                            per_sample(loop_body), per_sample(truth_body) if truth_body else None,
+                            bdims=list(in_dims)))
     return trials

@@ -32,6 +32,7 @@ STATUS_COLOR = {
     "mismatch": "#fdae61",
     "fail": "#d73027",
     "timeout": "#9e9ac8",
+    "uninformative": "#f0f0f0",
     "not_applicable": "#bdbdbd",
 }
 

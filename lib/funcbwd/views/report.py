@@ -201,7 +201,7 @@ def coverage_section(ctx: Context) -> str:
     per composition and strategy the counts, regressions and fixes against builtin, the verdict
     of every upstream expected failure, and the saved cost of functionalizing every backward."""
     from funcbwd.studies.coverage import cost as coverage_cost
-    from funcbwd.studies.coverage import data, render, summary
+    from funcbwd.studies.coverage import data, render, summary, verdicts
 
     path = ctx.data_file(data.FILE_NAME)
     if not path.exists():
@@ -210,12 +210,14 @@ def coverage_section(ctx: Context) -> str:
     doc = data.load(path)
     s = summary.summarize(doc["records"])
     parts = [f"<p>{html.escape(render.meta_line(doc['meta']))}</p>",
-             f"<p><b>{len(s['regressions'])} regressions</b> (builtin passes, a functionalizing "
-             f"strategy fails), {len(s['fixes'])} fixes, of which {sum(f['inplace'] for f in s['fixes'])} "
-             "fix vmap's in-place error.</p>",
+             f"<p><b>{'at least ' if s.get('unknown') else ''}{len(s['regressions'])} regressions</b> "
+             f"(builtin passes, a functionalizing strategy fails"
+             + (f"; {s['unknown']} more cells where builtin passes are unfinished: unknown" if s.get("unknown") else "")
+             + f"), {len(s['fixes'])} fixes, of which {sum(f['inplace'] for f in s['fixes'])} "
+             "fix an in-place failure.</p>",
              _pre(render.text(doc, s)),
              "<details><summary>every upstream expected failure with its verdict</summary>\n"
-             + render.verdicts_html(doc.get("upstream_xfails") or []) + "\n</details>"]
+             + render.verdicts_html(verdicts.of_document(doc)) + "\n</details>"]
     cost_file = ctx.data_file(coverage_cost.COST_FILE)
     if cost_file.exists():
         costs = json.loads(cost_file.read_text())["cost"]

@@ -9,7 +9,7 @@ from funcbwd.figstyle import style
 
 #: the statuses drawn, in stacking order, with their label and colour
 BARS = (("pass", "pass", "#4c9f70"), ("fail", "fail", "#d9534f"), ("mismatch", "wrong", "#7b2d26"),
-        ("timeout", "budget spent", "#f0ad4e"), ("not_applicable", "n/a", "#b0b0b0"))
+        ("timeout", "budget spent or not started", "#f0ad4e"), ("not_applicable", "n/a", "#b0b0b0"))
 
 
 def summary_figure(summary: dict[str, Any]):

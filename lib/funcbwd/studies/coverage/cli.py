@@ -29,7 +29,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", default=None, help="OpInfo names, comma-separated (a bare name "
                    "selects all its variants; default: the whole op_db)")
     p.add_argument("--quick", action="store_true", help="the first float32 sample of each "
-                   "composition only (default: the plan in funcbwd.studies.coverage.sweep.DEFAULT_PLAN)")
+                   "composition only (default: the plan in funcbwd.studies.coverage.sweep.DEFAULT_PLAN: "
+                   "every float32 sample)")
+    p.add_argument("--max-samples", type=int, default=None, metavar="N",
+                   help="at most N float32 samples per composition, for speed (default: every "
+                   "sample, as upstream's tests; a cap is written into every record and no entry "
+                   "whose samples were capped is called stale)")
     p.add_argument("--strategies", default=None, help="comma-separated (default: builtin, whole, "
                    "hooks, traced_backward)")
     p.add_argument("--budget", type=float, default=None, metavar="S",
@@ -63,6 +68,10 @@ def main(args: argparse.Namespace) -> int:
         plan = sweep.DEFAULT_PLAN
         if args.quick:
             plan = dataclasses.replace(plan, samples={"float32": {c: 1 for c in sweep.COMPOSITIONS}})
+        if args.max_samples is not None:
+            if args.max_samples < 1:
+                raise BadInputError(f"--max-samples must be >= 1, got {args.max_samples}")
+            plan = sweep.capped(plan, args.max_samples)
         if args.strategies:
             chosen = parse_names("strategy", args.strategies, sweep.STRATEGIES)
             plan = dataclasses.replace(plan, strategies=tuple(dict.fromkeys([sweep.BASELINE, *chosen])))
@@ -82,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
                 "seconds": round(time.perf_counter() - start, 1), "workers": args.workers,
                 "op_seconds": {res["op"]: res.get("seconds") for res in results}}
         doc = {"meta": meta, "records": records,
-               "upstream_xfails": verdicts.upstream_verdicts(records) if args.ops is None else []}
+               "upstream_xfails": verdicts.upstream_verdicts(records, meta=meta) if args.ops is None else []}
         if args.out:
             data.save(args.out, records, meta, doc["upstream_xfails"])
     s = summary.summarize(doc["records"])

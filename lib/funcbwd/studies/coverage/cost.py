@@ -29,7 +29,7 @@ from funcbwd.run.scenario import output_specs
 from funcbwd.studies.bench import timing
 from funcbwd.studies.coverage import opinfo
 from funcbwd.run.compare import check_close
-from funcbwd.run.outcomes import fallback_ops
+from funcbwd.run.outcomes import fallbacks_seen
 from funcbwd.strategies import get_strategy
 
 #: the saved cost measurements, in the checkout's data/ (``coverage --load FILE --cost``)
@@ -99,10 +99,9 @@ def _measure(case: tuple, n: int, rounds: int, seed: int) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for name, fn, ctx in (("builtin", run_builtin, contextlib.nullcontext), ("whole", run_whole, whole_ctx)):
-        with warnings.catch_warnings(record=True) as caught, ctx():
-            warnings.simplefilter("always")
+        with fallbacks_seen() as seen, ctx():
             out[name] = fn()
-        out[f"fallback_ops_{name}"] = fallback_ops(caught)
+        out[f"fallback_ops_{name}"] = seen.ops
     check_close([x for x in out.pop("whole") if x is not None],
                 [x for x in out.pop("builtin") if x is not None], "whole vs builtin, 64 cotangents")
     series = [timing.Timed({"arm": "builtin"}, run_builtin, contextlib.nullcontext, rounds),

@@ -56,7 +56,7 @@ from funcbwd.run.compare import compare
 from funcbwd.run.compositions import BUILDERS, Composition
 from funcbwd.run.entries import distinct_entries
 from funcbwd.run.functorch import SampleView
-from funcbwd.run.outcomes import fallback_ops
+from funcbwd.run.outcomes import fallbacks_seen
 from funcbwd.studies.bench import timing
 from funcbwd.studies.coverage import opinfo
 from funcbwd.strategies import get_strategy, provenance
@@ -129,8 +129,7 @@ def _attempt(p: Prepared, strategy: Any, in_dims: tuple, rules: bool) -> dict[st
     """One checked call of the batched vjp: status, fallback ops, the strategy's events."""
     st = strategy.with_rules() if rules else strategy
     out: dict[str, Any] = {"status": "pass", "message": "", "fallback_ops": [], "events": []}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with fallbacks_seen() as seen:
         try:
             with provenance.collecting() as events:
                 actual = p.call(st, in_dims)
@@ -140,7 +139,7 @@ def _attempt(p: Prepared, strategy: Any, in_dims: tuple, rules: bool) -> dict[st
                 out.update(status="mismatch", message=c.detail)
         except Exception as e:  # noqa: BLE001 - a failure is a reason, not a crash of the study
             out.update(status="fail", message=f"{type(e).__name__}: {first_line(str(e), 160)}")
-    out["fallback_ops"] = fallback_ops(caught)
+    out["fallback_ops"] = seen.ops
     return out
 
 

@@ -10,18 +10,58 @@ from typing import Any, Sequence
 from funcbwd.studies.coverage import verdicts as V
 from funcbwd.tables import WIDTH, paragraph, table
 
-COLUMNS = ("pass", "fail", "mismatch", "timeout", "not_applicable", "fallback", "regressions",
-           "fixes", "inplace_fixes")
-HEADERS = ("pass", "fail", "wrong", "budget", "n/a", "slow fb", "regr.", "fixes", "in-place fixes")
+#: budget-spent and never-started cells are their own columns (neither is a pass); "unknown":
+#: cells builtin passes whose strategy cell is unfinished, so "regr." is "at least" (>=) there
+COLUMNS = ("pass", "fail", "mismatch", "uninformative", "budget_spent", "not_started",
+           "not_applicable", "fallback", "regressions", "unknown", "fixes", "inplace_fixes")
+HEADERS = ("pass", "fail", "wrong", "zero?", "budget spent", "not started", "n/a", "slow fb",
+           "regr.", "unknown", "fixes", "in-place fixes")
+_VS_BUILTIN = ("regressions", "unknown", "fixes", "inplace_fixes")
+
+
+def _count(c: dict[str, int], k: str) -> str:
+    if k == "regressions" and c.get("unknown"):
+        return f">={c[k]}"  # a lower bound: the unknown cells could be regressions
+    return str(c.get(k, 0))
 
 
 def composition_rows(summary: dict[str, Any]) -> list[list[str]]:
     rows = []
     for comp, per in summary["compositions"].items():
         for st, c in per.items():
-            rows.append([comp, st] + [str(c[k]) if k not in ("regressions", "fixes", "inplace_fixes")
-                                      or st != "builtin" else "-" for k in COLUMNS])
+            rows.append([comp, st] + [_count(c, k) if k not in _VS_BUILTIN or st != "builtin" else "-"
+                                      for k in COLUMNS])
     return rows
+
+
+def unfinished_line(summary: dict[str, Any]) -> str:
+    """What the regression count rests on: the unfinished cells where builtin passes, by kind
+    and strategy (empty when there are none)."""
+    if not summary.get("unknown"):
+        return ""
+    per: dict[str, list[int]] = {}
+    for comps in summary["compositions"].values():
+        for st, c in comps.items():
+            if c.get("unknown"):
+                got = per.setdefault(st, [0, 0])
+                got[0] += c["unknown_budget_spent"]
+                got[1] += c["unknown_not_started"]
+    parts = [f"{st} {b} budget spent + {n} not started" for st, (b, n) in per.items()]
+    never = {st: sum(c["not_started"] for comps in summary["compositions"].values()
+                     for s2, c in comps.items() if s2 == st)
+             for st in next(iter(summary["compositions"].values()), {})}
+    never_text = ", ".join(f"{st} {n}" for st, n in never.items() if n)
+    return (f"Regression counts are lower bounds: in {summary['unknown']} cells builtin passes and "
+            f"the strategy's cell did not finish ({'; '.join(parts)}); any of them could be a "
+            "regression. 'budget spent': the cell's budget ran out after some in_dims choices "
+            "passed; 'not started': the op's budget ran out before the cell began (neither is a "
+            "pass)" + (f"; cells never started, for builtin too, so no verdict at all: {never_text}"
+                       if never_text else "") + ". "
+            "'zero?': uninformative (torch's answer is zero; a zero formula passes too; 0 in data "
+            "recorded before that check existed). "
+            "'slow fb' in data recorded before fallbacks were read from torch's C++ stderr "
+            "(funcbwd.run.outcomes.fallbacks_seen) counts Python-side warnings only: a lower bound "
+            "for strategies that run graphs (traced_backward).")
 
 
 def meta_line(meta: dict[str, Any]) -> str:
@@ -31,7 +71,8 @@ def meta_line(meta: dict[str, Any]) -> str:
     return (f"{meta.get('ops', '?')} OpInfo ops, torch {meta.get('torch', '?')}; samples per "
             f"dtype and composition: {samples}; every in_dims choice (no cap), distinct batch "
             f"entries, budget {meta['budget_s']:g} s per cell and {meta['op_budget_s']:g} s per op "
-            f"(a spent budget is 'budget', never a pass); {meta.get('workers', '?')} Dask workers, "
+            f"(a spent budget is 'budget spent' or, for a cell the op's budget left no time for, 'not "
+            f"started': never a pass); {meta.get('workers', '?')} Dask workers, "
             f"{meta.get('seconds', 0) / 60:.0f} min."
             + (f" Re-run with the code of {meta['rerun']['commit']}: {', '.join(meta['rerun']['ops'])} "
                f"({meta['rerun']['why']})." if meta.get("rerun") else ""))
@@ -54,18 +95,28 @@ def cause_rows(summary: dict[str, Any]) -> list[list[str]]:
 
 
 def text(doc: dict[str, Any], summary: dict[str, Any], width: int = WIDTH) -> str:
+    rows = composition_rows(summary)
+    # two tables (fitting ``width``): the statuses, then what each strategy does against builtin
+    split = COLUMNS.index("regressions")
     out = [paragraph(meta_line(doc["meta"]), width), "",
-           table(["composition", "strategy", *HEADERS], composition_rows(summary), width=width,
-                 align="ll" + "r" * len(COLUMNS))]
-    counts = V.counts(doc.get("upstream_xfails") or [])
+           table(["composition", "strategy", *HEADERS[:split]], [r[:2 + split] for r in rows],
+                 width=width, align="ll" + "r" * split), "",
+           table(["composition", "strategy", *(h + " vs builtin" if h in ("regr.", "fixes") else h
+                                               for h in HEADERS[split:])],
+                 [r[:2] + r[2 + split:] for r in rows if r[1] != "builtin"], width=width,
+                 align="ll" + "r" * (len(COLUMNS) - split))]
+    counts = V.counts(V.of_document(doc))
     if counts:
         out += ["", paragraph("upstream's expected failures, with the verdict computed on torch "
                               "2.13 from the records:", width),
                 table(["test", *V.VERDICTS], [[t, *(str(c[v]) for v in V.VERDICTS)]
                                               for t, c in counts.items()], width=width,
                       align="l" + "r" * len(V.VERDICTS))]
+    if unfinished_line(summary):
+        out += ["", paragraph(unfinished_line(summary), width)]
     if summary["regressions"]:
-        out += ["", paragraph(f"regressions vs builtin: {len(summary['regressions'])}, by cause "
+        at_least = "at least " if summary.get("unknown") else ""
+        out += ["", paragraph(f"regressions vs builtin: {at_least}{len(summary['regressions'])}, by cause "
                               "(funcbwd.studies.coverage.causes):", width)]
         out += [paragraph(f"{key} ({kind}, {n} cells: {sts}; {comps}): {why}", width, "  ", "    ")
                 for key, kind, n, sts, comps, why in cause_rows(summary)]
@@ -83,14 +134,21 @@ def markdown(doc: dict[str, Any], summary: dict[str, Any]) -> str:
     lines += ["| " + " | ".join(f"`{c}`" if i < 2 else c for i, c in enumerate(row)) + " |"
               for row in composition_rows(summary)]
     regress = len(summary["regressions"])
-    lines += ["", f"**{regress} regressions against builtin**, each with its cause (reviewed data: "
-                  "`funcbwd.studies.coverage.causes`, each cause shown by a test):" if regress else
+    unknown = summary.get("unknown", 0)
+    if unknown:
+        lines += ["", unfinished_line(summary)]
+    lines += ["", (f"**At least {regress} regressions against builtin** among the finished cells "
+                   f"({unknown} unknown)" if unknown else f"**{regress} regressions against builtin**")
+              + ", each with its cause (reviewed data: `funcbwd.studies.coverage.causes`, each cause "
+                "shown by a test):" if regress else
+              f"**No regression against builtin among the finished cells; {unknown} cells where "
+              "builtin passes are unfinished (unknown).**" if unknown else
               "**No regressions against builtin.**"]
     if regress:
         lines += ["", "| cause | whose | cells | strategies | compositions | why |",
                   "|---|---|---|---|---|---|"]
         lines += ["| " + " | ".join([f"`{row[0]}`", *row[1:]]) + " |" for row in cause_rows(summary)]
-    counts = V.counts(doc.get("upstream_xfails") or [])
+    counts = V.counts(V.of_document(doc))
     if counts:
         lines += ["", "Upstream's expected failures (`test/functorch/test_ops.py`), each with a "
                       "verdict computed on torch 2.13:", "",

@@ -3,7 +3,8 @@ record a cell of the one engine (:func:`funcbwd.run.runner.run`), on Dask, resum
 
 What one op's unit of work does (:func:`sweep_op`, a top-level picklable function of the op's
 *id*: OpInfos hold lambdas): for each dtype of the :class:`Plan`, each sample the plan allows
-for a composition (:mod:`funcbwd.studies.coverage.opinfo` turns it into a cell), each
+for a composition (float32: every sample, as upstream's tests; a cap for speed is written into
+every record, ``sample_cap`` and ``samples_total``) (:mod:`funcbwd.studies.coverage.opinfo` turns it into a cell), each
 composition (:mod:`funcbwd.run.functorch`: every in_dims choice upstream's generator makes, no
 cap, plus the vmap-of-vmap check) it runs ``builtin`` (torch as is) and then each
 functionalizing strategy with the scoped batching rules (``Strategy.with_rules``), trying first
@@ -69,13 +70,22 @@ class Plan:
                          "functionalizing strategies' backward, never around builtin"}
 
 
-#: float32 for every sample of vmapvjp; the costlier compositions on the first samples (their
-#: in_dims choices double with every cotangent); float64 and complex64 on the first sample
+#: float32: every sample of every composition, as upstream's tests loop over every sample (a
+#: cap, :func:`capped`, is for speed and is written into every record: ``sample_cap``,
+#: ``samples_total``); float64 and complex64 on the first sample
 DEFAULT_PLAN = Plan({
-    "float32": {"vmapvjp": None, "vmapvjpvjp": 1, "vmapjvpvjp": 1, "vmapjvpall": 1, "vjpvmap": 1},
+    "float32": {"vmapvjp": None, "vmapvjpvjp": None, "vmapjvpvjp": None, "vmapjvpall": None,
+                "vjpvmap": None},
     "float64": {"vmapvjp": 1},
     "complex64": {"vmapvjp": 1, "vmapjvpall": 1},
 })
+
+
+def capped(plan: Plan, n: int, dtype: str = "float32") -> Plan:
+    """``plan`` with at most ``n`` samples per composition at ``dtype`` (for speed; every record
+    says so: a capped cell's verdict can be no more than "passes the samples run")."""
+    return dataclasses.replace(plan, samples={**plan.samples, dtype: {
+        c: n if v is None else min(v, n) for c, v in plan.samples[dtype].items()}})
 
 
 def plan_from(data: dict[str, Any]) -> Plan:
@@ -84,9 +94,13 @@ def plan_from(data: dict[str, Any]) -> Plan:
 
 
 # ------------------------------------------------------------------------------ one op
-def _record(r: runner.CellResult, composition: str) -> dict[str, Any]:
+def _record(r: runner.CellResult, composition: str, cap: int | None = None,
+            total: int | None = None) -> dict[str, Any]:
+    """The cell's record with its composition, the plan's ``sample_cap`` for it (None: every
+    sample) and ``samples_total`` (the op's samples at that dtype; None: not known)."""
     rec = r.record()
     rec["composition"] = composition
+    rec["sample_cap"], rec["samples_total"] = cap, total
     return rec
 
 
@@ -115,21 +129,21 @@ def run_cell(spec, smp, composition: str, strategy: str, plan: Plan,
     return r
 
 
-def sweep_op(op_id: str, plan: Plan = DEFAULT_PLAN) -> dict[str, Any]:
-    """``{"op", "records", "seconds"}`` for one OpInfo (see the module docstring)."""
+def sweep_op(op_id: str, plan: Plan = DEFAULT_PLAN, only_sample: str | None = None) -> dict[str, Any]:
+    """``{"op", "records", "seconds"}`` for one OpInfo (see the module docstring);
+    ``only_sample``: that sample's cells only (the deep pass)."""
     start = time.perf_counter()
     op = opinfo.op_by_id(op_id)
     records: list[dict] = []
     for dtype_name, per in plan.samples.items():
         dtype = getattr(torch, dtype_name)
         why = opinfo.not_sweepable(op, dtype)
-        limit = None if any(v is None for v in per.values()) else max(per.values(), default=0)
         smps: list = []
         if not why:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    smps = opinfo.samples(op, dtype, limit)
+                    smps = opinfo.samples(op, dtype)  # every one: the records say how many there are
             except Exception as e:  # noqa: BLE001
                 why = f"sample_inputs fails: {first_line(str(e), 160)}"
             if not why and not smps:
@@ -137,30 +151,41 @@ def sweep_op(op_id: str, plan: Plan = DEFAULT_PLAN) -> dict[str, Any]:
         if why:
             records += [_skip(op_id, "-", c, s, dtype_name, why) for c in per for s in plan.strategies]
             continue
+        total = len(smps)
         for i, sample in enumerate(smps):
+            if only_sample is not None and str(i) != only_sample:
+                continue
+            if all(n is not None and i >= n for n in per.values()):
+                break
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 case = opinfo.case_for(op, sample, str(i))
             for comp, n in per.items():
                 if n is not None and i >= n:
                     continue
+
+                def rec(r: runner.CellResult, comp=comp, n=n) -> dict[str, Any]:
+                    return _record(r, comp, n, total)
+
                 if isinstance(case, str):
-                    records += [_skip(op_id, str(i), comp, s, dtype_name, case) for s in plan.strategies]
+                    records += [rec(runner.CellResult(op_id, str(i), comp, s, "not_applicable",
+                                                      dtype=dtype_name, message=case))
+                                for s in plan.strategies]
                     continue
                 spec, smp = case
                 if time.perf_counter() - start > plan.op_budget_s:
                     why = (f"the op's budget of {plan.op_budget_s:g} s was spent before this "
                            "cell started (not a pass)")
-                    records += [_record(runner.CellResult(op_id, str(i), comp, s, "timeout",
-                                                          dtype=dtype_name, message=why), comp)
+                    records += [rec(runner.CellResult(op_id, str(i), comp, s, "timeout",
+                                                      dtype=dtype_name, message=why))
                                 for s in plan.strategies]
                     continue
                 base = run_cell(spec, smp, comp, BASELINE, plan)
-                records.append(_record(base, comp))
+                records.append(rec(base))
                 first = [base.detail] if base.status in ("fail", "mismatch") else []
                 for s in plan.strategies:
                     if s != BASELINE:
-                        records.append(_record(run_cell(spec, smp, comp, s, plan, first), comp))
+                        records.append(rec(run_cell(spec, smp, comp, s, plan, first)))
     return {"op": op_id, "records": records, "seconds": round(time.perf_counter() - start, 2)}
 
 

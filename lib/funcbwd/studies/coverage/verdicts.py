@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+from funcbwd.run.outcomes import is_inplace
 from funcbwd.studies.coverage import summary, upstream
 from funcbwd.studies.coverage.summary import BASELINE
 
@@ -23,7 +24,8 @@ VERDICTS = {
     "fixed": "an in-place failure on torch 2.13 that functionalization fixes",
     "torch_bug": "a wrong result on torch 2.13: a torch bug (see python -m funcbwd findings)",
     "harness": "not comparable here (why given)",
-    "unresolved": "no failure, but the budget ran out before every in_dims choice ran",
+    "unresolved": "no failure, but not everything ran: the budget ran out before every in_dims "
+                  "choice, or the sweep ran only the first samples (a cap)",
 }
 #: upstream's test -> the sweep's composition (has_batch_rule: vmapvjp with the slow fallback
 #: counted as a failure, as upstream disables it)
@@ -53,8 +55,26 @@ def _evidence(rs: Sequence[dict]) -> str:
     return "; ".join(shown) + (f"; +{len(rs) - 3} more" if len(rs) > 3 else "")
 
 
-def verdict(entry: upstream.Entry, cells: dict) -> dict[str, Any]:
-    """The verdict of one entry from the sweep's cells (:func:`summary.by_cell`)."""
+def _unrun_samples(ran: Sequence[dict], cap: int | None) -> str:
+    """Why ``ran`` (builtin's records of one op and composition) are not every sample of the op,
+    or "" when they are: a record's ``sample_cap`` (else ``cap``, the plan's, for records saved
+    before records carried it) below its ``samples_total`` (unknown counts as more)."""
+    caps = {r.get("sample_cap", cap) for r in ran}
+    caps.discard(None)
+    if not caps:
+        return ""
+    n = max(caps)
+    totals = {r.get("samples_total") for r in ran}
+    total = max(t for t in totals if t is not None) if totals - {None} else None
+    if total is not None and total <= n:
+        return ""
+    return (f"the sweep ran the first {n} of {total if total is not None else 'an unknown number of'} "
+            "samples (a cap): upstream's test loops over every sample")
+
+
+def verdict(entry: upstream.Entry, cells: dict, cap: int | None = None) -> dict[str, Any]:
+    """The verdict of one entry from the sweep's cells (:func:`summary.by_cell`); ``cap``: the
+    plan's float32 sample cap of the entry's composition, for records that do not carry it."""
     comp, oid = COMPOSITION_OF[entry.test], op_id(entry)
     batch_rule = entry.test == "test_vmapvjp_has_batch_rule"
     out = {"test": entry.test, "op": entry.op, "variant": entry.variant, "kind": entry.kind,
@@ -82,8 +102,12 @@ def verdict(entry: upstream.Entry, cells: dict) -> dict[str, Any]:
         timeouts = [r for r in ran if r["status"] == "timeout"]
         if timeouts:
             return {**out, "verdict": "unresolved", "evidence": _evidence(timeouts)}
-        return {**out, "verdict": "stale", "evidence": f"builtin passes {len(ran)} of {len(ran)} "
-                f"samples{' without the slow fallback' if batch_rule else ''}"}
+        passes = (f"builtin passes {len(ran)} of {len(ran)} samples run"
+                  f"{' without the slow fallback' if batch_rule else ''}")
+        unrun = _unrun_samples(ran, cap)
+        if unrun:
+            return {**out, "verdict": "unresolved", "evidence": f"{passes}; {unrun}"}
+        return {**out, "verdict": "stale", "evidence": passes}
     if any(r["status"] == "mismatch" for r in bad) and entry.op in FINDING_OPS:
         return {**out, "verdict": "torch_bug", "evidence": f"finding {FINDING_OPS[entry.op]}: "
                 + _evidence(bad)}
@@ -95,7 +119,7 @@ def verdict(entry: upstream.Entry, cells: dict) -> dict[str, Any]:
         regress = [c for c, per in mine.items()
                    if summary.compare_cell(per.get(BASELINE), per.get(st)) == "regression"]
         (fixed_by if good and not regress else not_fixed).append(st)
-    inplace = any(r["reason"] == "vmap_inplace" for r in bad)
+    inplace = any(is_inplace(r["reason"], r["message"]) for r in bad)
     if fixed_by and (inplace or batch_rule):
         return {**out, "verdict": "fixed", "fixed_by": fixed_by,
                 "evidence": f"builtin: {_evidence(bad)}; passes under {', '.join(fixed_by)} "
@@ -106,10 +130,22 @@ def verdict(entry: upstream.Entry, cells: dict) -> dict[str, Any]:
 
 
 def upstream_verdicts(records: Iterable[dict[str, Any]],
-                      entries: Sequence[upstream.Entry] = upstream.ENTRIES) -> list[dict[str, Any]]:
-    """One verdict per upstream entry (the data file's ``upstream_xfails``)."""
+                      entries: Sequence[upstream.Entry] = upstream.ENTRIES,
+                      meta: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One verdict per upstream entry (the data file's ``upstream_xfails``); ``meta``: the sweep's
+    (its float32 sample caps count for records saved without ``sample_cap``)."""
     cells = summary.by_cell(records)
-    return [verdict(e, cells) for e in entries]
+    caps = ((meta or {}).get("samples") or {}).get("float32") or {}
+    return [verdict(e, cells, caps.get(COMPOSITION_OF[e.test])) for e in entries]
+
+
+def of_document(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The verdicts of a saved sweep, recomputed from its records and meta (so a rule of the
+    verdicts, e.g. that "stale" needs every sample, holds for data saved before it), or the saved
+    ones for a document without records."""
+    if not doc.get("records"):
+        return doc.get("upstream_xfails") or []
+    return upstream_verdicts(doc["records"], meta=doc.get("meta"))
 
 
 def counts(verdicts: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:

@@ -65,7 +65,8 @@ def run_test_ops(*, slow: bool = True, progress=None) -> list[CellResult]:
 
 
 # ------------------------------------------------------------------------------ summaries
-_ORDER = {"fail": 0, "mismatch": 1, "timeout": 2, "pass": 3, "not_applicable": 4}
+#: worst first; "uninformative" after "pass": one informative passing sample makes the cell a pass
+_ORDER = {"fail": 0, "mismatch": 1, "timeout": 2, "pass": 3, "uninformative": 4, "not_applicable": 5}
 
 
 def cell_status(results: Sequence[CellResult]) -> str:
@@ -112,14 +113,17 @@ def without_mechanism(cell: dict[str, Any]) -> bool:
 #: A summarized cell's display kind (:func:`cell_kind`), in legend order, with its long label
 #: (HTML tables, hovers, figure legends) and its short text (heatmap cells); the one vocabulary
 #: of every view of the matrix.
-STATUS_ORDER = ("pass", "pass_fallback", "without_mechanism", "mismatch", "fail", "timeout", "not_applicable")
+STATUS_ORDER = ("pass", "pass_fallback", "without_mechanism", "mismatch", "fail", "timeout",
+                "uninformative", "not_applicable")
 STATUS_LABEL = {"pass": "pass", "pass_fallback": "pass (slow fallback)",
                 "without_mechanism": "pass, mechanism not run", "mismatch": "WRONG result",
-                "fail": "FAIL", "timeout": "budget spent (not a pass)", "not_applicable": "n/a"}
+                "fail": "FAIL", "timeout": "budget spent (not a pass)",
+                "uninformative": "uninformative (zeros would pass)", "not_applicable": "n/a"}
 STATUS_SHORT = {"pass": "ok", "pass_fallback": "ok+fb", "without_mechanism": "ok*", "mismatch": "WRONG",
-                "fail": "FAIL", "timeout": "TIME", "not_applicable": "n/a"}
+                "fail": "FAIL", "timeout": "TIME", "uninformative": "zero?", "not_applicable": "n/a"}
 #: failure reason (:data:`funcbwd.run.outcomes.REASONS`) -> its code in a compact cell (``F:code``)
-REASON_CODE = {"vmap_inplace": "inpl", "data_dependent": "data", "functionalization_assert": "func",
+REASON_CODE = {"vmap_inplace": "inpl", "inplace_shape": "inpl", "data_dependent": "data",
+               "functionalization_assert": "func",
                "composite_decomposed": "comp", "no_batch_rule": "rule", "leaked_state": "leak",
                "no_jvp": "jvp", "mutated_input": "mut", "reference_failed": "ref", "other": "other",
                "": "other"}

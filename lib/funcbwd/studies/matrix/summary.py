@@ -12,6 +12,8 @@ summarize`). For each strategy a cell is exactly one of:
   passed on the plain path: no evidence for the strategy at all);
 * ``not_passing``: the strategy fails or mismatches;
 * ``no_plain``: the strategy passes with its mechanism but ``plain`` has no applicable result;
+* ``uninformative``: the strategy's cell is ``uninformative`` (an all-zeros result passes the
+  same check: torch's answer is zero there): no evidence either way, never a fix;
 * ``formula_wrong``: the strategy passes where ``plain`` is wrong because the legacy formula
   itself is (mismatch ``legacy_wrong``: wrong per sample, not a transform failure): only a strategy
   that does not run the legacy formula (handfixed, builtin) gets here; not a fix.
@@ -28,7 +30,8 @@ from funcbwd.studies.matrix.matrix import without_mechanism, summarize
 from funcbwd.run.runner import CellResult
 from funcbwd.tables import WIDTH, paragraph, table
 
-KINDS = ("fixes", "also_plain", "without_mechanism", "not_passing", "no_plain", "formula_wrong")
+KINDS = ("fixes", "also_plain", "without_mechanism", "not_passing", "no_plain", "formula_wrong",
+         "uninformative")
 
 
 def plain_fails(cell: dict[str, Any]) -> bool:
@@ -47,7 +50,9 @@ def fixes_over_plain(results: Sequence[CellResult]) -> dict[str, dict[str, list[
         plain = plain_cell["status"]
         if cell["status"] == "not_applicable":
             continue
-        if cell["status"] != "pass":
+        if cell["status"] == "uninformative":
+            kind = "uninformative"
+        elif cell["status"] != "pass":
             kind = "not_passing"
         elif without_mechanism(cell):
             kind = "without_mechanism"

@@ -1,0 +1,171 @@
+"""Re-run the cells behind the committed sweep's "stale" upstream verdicts with every sample.
+
+The committed sweep (``data/coverage.json.gz``) ran vmapvjpvjp, vmapjvpvjp, vmapjvpall and vjpvmap
+on each op's first float32 sample only, so its "stale" verdicts for them said "builtin passes 1 of
+1 samples" while upstream's tests loop over every sample. This re-runs ``builtin`` (torch as is)
+on every float32 sample of the ops :data:`OPS` names, one composition at a time (only the ops
+whose entry for that composition was "stale"), with the sweep's budgets, into a NEW file (never
+over the committed data). Resumable: each composition's ops are appended to
+``<out>.<composition>.partial.jsonl`` as they finish (``--resume`` skips them).
+
+    nice -n 19 python -m funcbwd.studies.coverage.stale_rerun [--out data/coverage-stale-rerun.json.gz]
+                                                              [--resume] [--op-budget 90]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from funcbwd.studies.coverage import data, sweep, verdicts
+
+FILE_NAME = "coverage-stale-rerun.json.gz"
+#: the casts, max_pool2d, max_unpool2d, the dropout family, masked.mean, mvlgamma,
+#: hinge_embedding_loss, quantile, nanquantile (cheapest first)
+OPS = ("double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf", "to",
+       "mvlgamma.mvlgamma_p_1", "mvlgamma.mvlgamma_p_3", "mvlgamma.mvlgamma_p_5",
+       "nn.functional.hinge_embedding_loss", "quantile", "nanquantile", "masked.mean",
+       "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
+       "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout.with_train",
+       "nn.functional.feature_alpha_dropout.without_train", "nn.functional.max_unpool2d",
+       "nn.functional.max_unpool2d.grad", "nn.functional.max_pool2d")
+
+
+def stale_cells(doc: dict[str, Any], ops: Sequence[str] = OPS) -> dict[str, list[str]]:
+    """composition -> the ops of ``ops`` whose upstream entry for it the saved sweep called stale."""
+    out: dict[str, list[str]] = {}
+    for v in doc["upstream_xfails"]:
+        oid = v["op"] + (f".{v['variant']}" if v["variant"] else "")
+        comp = verdicts.COMPOSITION_OF[v["test"]]
+        if v["verdict"] == "stale" and oid in ops and comp != "vmapvjp":
+            out.setdefault(comp, [])
+            if oid not in out[comp]:
+                out[comp].append(oid)
+    order = ("vmapjvpvjp", "vmapvjpvjp", "vmapjvpall", "vjpvmap")  # where upstream's finds are
+    return {c: sorted(out[c], key=list(ops).index) for c in sorted(out, key=order.index)}
+
+
+def _oid(v: dict[str, Any]) -> str:
+    return v["op"] + (f".{v['variant']}" if v["variant"] else "")
+
+
+def changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each upstream entry the saved sweep ``old`` called stale on a re-run composition, with the
+    re-run's (``new``) verdict and evidence."""
+    cells = {(c, o) for c, ops in stale_cells(old).items() for o in ops}
+    again = {(v["test"], _oid(v)): v for v in new["upstream_xfails"]}
+    out = []
+    for v in old["upstream_xfails"]:
+        if v["verdict"] == "stale" and (verdicts.COMPOSITION_OF[v["test"]], _oid(v)) in cells:
+            n = again[(v["test"], _oid(v))]
+            out.append({"test": v["test"], "op": _oid(v), "was": v["evidence"],
+                        "verdict": n["verdict"], "evidence": n["evidence"]})
+    return out
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The re-run's outcome as a markdown table (one row per entry)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    head = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    lines = [f"Of {len(rows)} entries the sweep called stale on one sample: {head}.", "",
+             "| test | op | verdict with every sample | evidence |", "|---|---|---|---|"]
+    lines += [f"| `{r['test'].removeprefix('test_')}` | `{r['op']}` | {r['verdict']} | "
+              f"{r['evidence'][:100].replace('|', '/')} |" for r in rows]
+    return "\n".join(lines)
+
+
+def run(cells: dict[str, list[str]], out: Path, resume: bool, op_budget_s: float) -> dict[str, Any]:
+    records, metas = [], {}
+    for comp, ops in cells.items():
+        plan = dataclasses.replace(sweep.DEFAULT_PLAN, samples={"float32": {comp: None}},
+                                   strategies=(sweep.BASELINE,), op_budget_s=op_budget_s,
+                                   item_timeout_s=op_budget_s + 300)
+        part = out.with_name(out.name.removesuffix(".json.gz") + f".{comp}")
+        print(f"{comp}: {len(ops)} ops, every sample", file=sys.stderr, flush=True)
+        results = sweep.run_sweep(",".join(ops), plan, out=part, resume=resume, progress=True)
+        records += [r for res in results for r in res["records"]]
+        metas[comp] = {"ops": ops, "op_seconds": {r["op"]: r["seconds"] for r in results}}
+    return {"records": records, "per_composition": metas}
+
+
+INPLACE_FILE_NAME = "coverage-stale-rerun-inplace.json.gz"
+
+
+def inplace_rerun(doc: dict[str, Any], budget_s: float = 3.0) -> list[dict[str, Any]]:
+    """The functionalizing strategies on every in-place cell the re-run found (builtin fails with
+    an in-place write meeting vmap), with the sweep's budget per cell: builtin's record again and
+    one per strategy, as the sweep makes them."""
+    import torch
+
+    from funcbwd.studies.coverage import opinfo, summary
+
+    cells = [f["cell"] for f in summary.summarize(doc["records"])["inplace_failures"]]
+    plan = dataclasses.replace(sweep.DEFAULT_PLAN, budget_s=budget_s)
+    out, smps = [], {}
+    for i, (op_id, smp_name, _, comp) in enumerate(cells):
+        op = opinfo.op_by_id(op_id)
+        if op_id not in smps:
+            smps[op_id] = opinfo.samples(op, torch.float32)
+        spec, smp = opinfo.case_for(op, smps[op_id][int(smp_name)], smp_name)
+        base = sweep.run_cell(spec, smp, comp, sweep.BASELINE, plan)
+        first = [base.detail] if base.status in ("fail", "mismatch") else []
+        for st in plan.strategies:
+            r = base if st == sweep.BASELINE else sweep.run_cell(spec, smp, comp, st, plan, first)
+            out.append(sweep._record(r, comp, None, len(smps[op_id])))
+        print(f"{i + 1}/{len(cells)} {op_id} sample {smp_name} {comp}: "
+              + ", ".join(f"{r['strategy']} {r['status']}" for r in out[-len(plan.strategies):]),
+              file=sys.stderr, flush=True)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import torch
+
+    ap = argparse.ArgumentParser(prog="python -m funcbwd.studies.coverage.stale_rerun",
+                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--coverage", default="data/coverage.json.gz")
+    ap.add_argument("--out", default=f"data/{FILE_NAME}")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--op-budget", type=float, default=90.0, metavar="S",
+                    help="seconds per op and composition before its remaining samples are 'not "
+                    "started' records (default 90)")
+    ap.add_argument("--inplace", action="store_true", help="instead: the functionalizing "
+                    f"strategies on the in-place cells of --out, into data/{INPLACE_FILE_NAME}")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    if args.inplace:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            recs = inplace_rerun(data.load(out))
+        target = out.with_name(INPLACE_FILE_NAME)
+        data.save(target, recs, {**sweep.DEFAULT_PLAN.meta(), "cells_of": str(out),
+                                 "samples": {"float32": {}}, "cells": "the in-place cells of " + str(out)})
+        print(f"wrote {target}", file=sys.stderr)
+        return 0
+    if out.resolve() == Path(args.coverage).resolve():
+        raise SystemExit("--out must be a new file, not the committed sweep")
+    doc = data.load(args.coverage)
+    cells = stale_cells(doc)
+    start = time.perf_counter()
+    res = run(cells, out, args.resume, args.op_budget)
+    meta = {**dataclasses.replace(sweep.DEFAULT_PLAN, strategies=(sweep.BASELINE,),
+                                  op_budget_s=args.op_budget).meta(),
+            "samples": {"float32": {c: None for c in cells}}, "torch": torch.__version__,
+            "ops": len({o for ops in cells.values() for o in ops}), "workers": 0,
+            "seconds": round(time.perf_counter() - start, 1), "rerun_of": args.coverage,
+            "per_composition": res["per_composition"]}
+    data.save(out, res["records"], meta, verdicts.upstream_verdicts(res["records"], meta=meta))
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
