@@ -53,3 +53,17 @@ def default_data_dir() -> "Path":
     from pathlib import Path
 
     return Path(os.environ.get(DATA_ENV) or Path.cwd() / "data")
+
+
+def data_dir_of(args: argparse.Namespace) -> "Path":
+    """The directory of saved results a command reads: ``--data DIR``, else
+    :func:`default_data_dir`; one that does not exist is an error (exit 2), never a page or a
+    document without its sections."""
+    from pathlib import Path
+
+    from funcbwd.errors import BadInputError
+
+    data_dir = Path(args.data) if getattr(args, "data", None) else default_data_dir()
+    if not data_dir.is_dir():
+        raise BadInputError(f"no data directory {data_dir}; pass --data DIR (e.g. data/)")
+    return data_dir

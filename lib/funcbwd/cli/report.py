@@ -31,7 +31,7 @@ def main(args: argparse.Namespace) -> int:
     from funcbwd.tables import fit
     from funcbwd.views.report import build_report
 
-    data_dir = Path(args.data) if args.data else options.default_data_dir()
+    data_dir = options.data_dir_of(args)
     with options.progress_of(args, "report") as progress:
         page, sections = build_report(args.ops, quick=args.quick, scenarios=args.scenarios,
                                       strategies=args.strategies, data_dir=data_dir,

@@ -44,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
         raise BadInputError(f"--rounds must be a positive int, got {args.rounds}")
 
     with options.progress_of(args, "deletable") as progress:
-        result = deletable.run_table(_names(args.strategies) or list(deletable.CANDIDATES),
+        result = deletable.run_table(_names(args.strategies),
                                      ops=_names(args.ops), samples=args.samples,
                                      time_it=not args.no_timing, rounds=args.rounds,
                                      progress=progress)

@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from funcbwd.errors import BadInputError
+from funcbwd.errors import BadInputError, FuncbwdError, listing
 from funcbwd.studies.deletable.cost import measure_cost
 from funcbwd.ops.live import backward as live_backward
 from funcbwd.ops.live import jvp as live_jvp
@@ -312,6 +312,12 @@ def run_table(strategies: Sequence[str] = CANDIDATES, *, ops: Sequence[str] | No
         for o in ops:
             get_op(o)
         sites = [s for s in sites if s.op_name in set(ops)]
+        if not sites:  # "0 of 0 branches" would read as an answer
+            raise FuncbwdError(
+                f"no live site matched --ops {','.join(ops) or repr('')}\n"
+                + listing("ops with a live site", {"": sorted({s.op_name for s in live_sites()})}))
+    if not strategies:
+        raise FuncbwdError("no strategy given\n" + listing("candidate strategies", {"": list(CANDIDATES)}))
     start = time.perf_counter()
     rows = []
     for i, site in enumerate(sites):

@@ -27,11 +27,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from funcbwd.errors import BadInputError
-
-    data_dir = Path(args.data) if args.data else options.default_data_dir()
-    if not data_dir.is_dir():
-        raise BadInputError(f"no data directory at {data_dir}; pass --data DIR (the checkout's data/)")
+    data_dir = options.data_dir_of(args)
     if not getattr(args, "quiet", False):
         from funcbwd.tables import WIDTH, fit
 
