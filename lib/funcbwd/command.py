@@ -67,3 +67,52 @@ def data_dir_of(args: argparse.Namespace) -> "Path":
     if not data_dir.is_dir():
         raise BadInputError(f"no data directory {data_dir}; pass --data DIR (e.g. data/)")
     return data_dir
+
+
+# ------------------------------------------------------------------------------ outputs
+def add_out(p: argparse.ArgumentParser, help: str, *, flag: str = "--out",
+            default: str | None = None, metavar: str = "FILE") -> None:
+    """Add ``flag`` (a file to write) and ``--force`` (allow it to overwrite a committed file)."""
+    p.add_argument(flag, default=default, metavar=metavar, help=help)
+    add_force(p)
+
+
+def add_force(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="let the output overwrite a file git tracks (regenerating committed "
+                        "data/ or docs/)")
+
+
+def committed(path: "str | Path") -> bool:
+    """Does git track ``path`` (a committed data or doc file)? False outside a git work tree or
+    without git."""
+    import subprocess
+    from pathlib import Path
+
+    path = Path(path).absolute()
+    parent = path.parent
+    if not parent.is_dir():  # a new directory: nothing in it is tracked
+        return False
+    try:
+        p = subprocess.run(["git", "ls-files", "--error-unmatch", "--", path.name], cwd=parent,
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return p.returncode == 0
+
+
+def check_out(path: "str | Path | None", force: bool = False, flag: str = "--out") -> None:
+    """Refuse (one line, exit 2) before any work when ``path`` is a file git tracks, unless
+    ``force``: a command never silently overwrites committed data or docs. Call it before a
+    long run, not after it."""
+    from funcbwd.errors import BadInputError
+
+    if path is None or force or not committed(path):
+        return
+    raise BadInputError(f"{path} is committed; --force overwrites it")
+
+
+def check_args_out(args: argparse.Namespace, flag: str = "--out") -> None:
+    """:func:`check_out` for the command's ``flag`` option and ``--force``."""
+    check_out(getattr(args, flag.lstrip("-").replace("-", "_"), None),
+              getattr(args, "force", False), flag)

@@ -223,5 +223,6 @@ def bench_markdown(results: dict, source: str = f"data/{BENCH_FILE_NAME}") -> st
                  f"torch {env['torch']}, {env['cpu_count']} cores, {env['torch_num_threads_used']} "
                  f"torch thread, {results.get('elapsed_s')} s; ratios of medians measured in one run "
                  "on a shared machine). Reproduce: `python -m funcbwd bench --quick --out "
-                 "data/bench-quick.json`; full run: `python -m funcbwd bench --out data/bench-full.json`._")
+                 "data/bench-quick.json --force`; full run: `python -m funcbwd bench --out "
+                 "data/bench-full.json --force` (about 14 min)._")
     return "\n".join(lines)

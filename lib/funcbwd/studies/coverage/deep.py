@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from funcbwd import command
 from funcbwd.studies.coverage import data, summary, sweep
 
 SCHEMA = "funcbwd-coverage-deep/1"
@@ -63,8 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--coverage", default=f"data/{data.FILE_NAME}", metavar="FILE")
     ap.add_argument("--budget", type=float, default=120.0, metavar="S")
-    ap.add_argument("--out", default=f"data/{FILE_NAME}", metavar="FILE")
+    ap.add_argument("--out", default=f"out/{FILE_NAME}", metavar="FILE",
+                    help=f"default out/{FILE_NAME} (untracked); data/{FILE_NAME} is the committed one")
+    command.add_force(ap)
     args = ap.parse_args(argv)
+    command.check_out(args.out, args.force)
     res = run(inplace_cells(data.load(args.coverage)["records"]), args.budget)
     doc = {"schema": SCHEMA,
            "meta": {"what": "the cells where builtin fails with vmap's in-place error in "
@@ -72,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "torch": torch.__version__, "script": "python -m funcbwd.studies.coverage.deep",
                     **res["plan"]},
            "records": res["records"]}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1))
     print(format_result(doc))
     return 0

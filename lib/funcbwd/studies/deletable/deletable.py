@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from funcbwd.errors import BadInputError, FuncbwdError, listing
+from funcbwd.errors import BadInputError
 from funcbwd.studies.deletable.cost import measure_cost
 from funcbwd.ops.live import backward as live_backward
 from funcbwd.ops.live import jvp as live_jvp
@@ -292,7 +292,7 @@ def _plain_status(c: dict[str, Any], row: dict[str, Any]) -> str:
     if "plain_status" not in c:
         raise BadInputError(f"{row['site']}: a saved cell ({c['scenario']} [{c['sample']}]) passed without "
                             "the mechanism but lacks the fast path's own status (plain_status); recompute "
-                            "the table: python -m funcbwd deletable --out data/live-deletable.json")
+                            "the table: python -m funcbwd deletable --out data/live-deletable.json --force")
     return c["plain_status"]
 
 
@@ -312,12 +312,6 @@ def run_table(strategies: Sequence[str] = CANDIDATES, *, ops: Sequence[str] | No
         for o in ops:
             get_op(o)
         sites = [s for s in sites if s.op_name in set(ops)]
-        if not sites:  # "0 of 0 branches" would read as an answer
-            raise FuncbwdError(
-                f"no live site matched --ops {','.join(ops) or repr('')}\n"
-                + listing("ops with a live site", {"": sorted({s.op_name for s in live_sites()})}))
-    if not strategies:
-        raise FuncbwdError("no strategy given\n" + listing("candidate strategies", {"": list(CANDIDATES)}))
     start = time.perf_counter()
     rows = []
     for i, site in enumerate(sites):
@@ -363,7 +357,7 @@ def check_schema(result: dict[str, Any]) -> None:
     if result.get("schema") != SCHEMA:
         raise BadInputError(f"the saved deletable table has schema {result.get('schema')!r}, this "
                             f"funcbwd reads {SCHEMA!r}; recompute it: python -m funcbwd deletable "
-                            "--out data/live-deletable.json")
+                            "--out data/live-deletable.json --force")
 
 
 def shared_fallback_sites(result: dict[str, Any], strategy: str) -> list[tuple[str, list[str]]]:

@@ -16,8 +16,8 @@ HELP = "the pick as a generated RFC: core changes, retired xfails, deleted branc
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default=None, metavar="FILE",
-                   help="write the Markdown here (e.g. docs/rfc.md) instead of stdout")
+    options.add_out(p, "write the Markdown here instead of stdout (docs/rfc.md is committed: "
+                       "--force)")
     p.add_argument("--data", default=None, metavar="DIR",
                    help="directory of saved results (review-evidence.json, bench-quick.json, "
                         "live-deletable.json, ...); default $FUNCBWD_DATA if set, else ./data")
@@ -28,6 +28,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     data_dir = options.data_dir_of(args)
+    options.check_args_out(args)
     if not getattr(args, "quiet", False):
         from funcbwd.tables import WIDTH, fit
 
