@@ -49,7 +49,8 @@ spec = registry.get_op(OP)
 # ## 1. The op and its legacy formula
 #
 # The formula below is funcbwd's line-for-line Python re-creation of the C++ backward of early
-# 2022 (`funcbwd.ops.legacy_formulas`); the legacy op runs torch's forward and this backward.
+# 2022 (in `funcbwd.ops.discussion`, one module per op, beside core's modern formula); the legacy
+# op runs torch's forward and this backward.
 
 # %%
 print("op:        ", spec.name, f"[{spec.group}]")
@@ -162,7 +163,7 @@ for vmapped in (False, True):
 # %% [markdown]
 # ## 5. Overhead and copies, measured
 #
-# From the saved quick benchmark (`python -m funcbwd bench --quick --out data/bench-quick.json`):
+# From the saved quick benchmark (`python -m funcbwd bench --quick --out data/bench-quick.json --force`):
 # timings are machine-dependent, so only the charts show them (as ratios) and they are not compared
 # by the notebook tests.
 
