@@ -82,7 +82,9 @@ def main(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     options.check_args_out(args)
-    with options.progress_of(args, "bench") as progress:
+    # torch's C++ fallback warnings (270 columns each) become one line of ours at the end
+    with options.summarized_torch_warnings(options.say_of(args, "bench"), width=93), \
+            options.progress_of(args, "bench") as progress:
         if not args.ops:  # say how long before starting (the saved runs' elapsed_s)
             progress("about " + ("3 min (bench-quick.json took 155 s)" if args.quick
                                  else "14 min (bench-full.json took 815 s)"))
