@@ -86,7 +86,10 @@ def test_subcommand_help_lists_the_registry(capsys):
         cli.main(["matrix", "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    assert "--ops (comma-separated" in out and "  diag " in out and "  per_formula " in out
+    assert "--ops (comma-separated" in out and " diag, " in out and " per_formula, " in out
+    # short: the options in two groups, the names as wrapped lists (issue 31)
+    assert len(out.splitlines()) <= 40 and "what to run:" in out and "output:" in out
+    assert max(map(len, out.splitlines())) <= 100
 
 
 def test_ops_lists_the_catalog_and_rejects_an_unknown_group(capsys):

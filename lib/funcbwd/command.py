@@ -26,8 +26,7 @@ def _width(text: str) -> int:
 def add_common(p: argparse.ArgumentParser) -> None:
     """Add ``--width`` and ``--quiet`` to a command's parser."""
     p.add_argument("--width", type=_width, default=None, metavar="N",
-                   help=f"fit text output to N columns (default: the terminal's width when stdout "
-                        f"is a terminal, else {WIDTH}); JSON and CSV are not affected")
+                   help=f"fit text to N columns (default: the terminal's, else {WIDTH}; not JSON/CSV)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -90,8 +89,7 @@ def add_out(p: argparse.ArgumentParser, help: str, *, flag: str = "--out",
 
 def add_force(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
-                   help="let the output overwrite a file git tracks (regenerating committed "
-                        "data/ or docs/)")
+                   help="let the output overwrite a committed file (data/, docs/)")
 
 
 def committed(path: "str | Path") -> bool:
