@@ -1,5 +1,5 @@
 # JupyterLab defaults for the workbench, owned by the project. `make lab` puts this folder on
-# JUPYTER_CONFIG_PATH; binder/postBuild copies lab/settings/overrides.json into Binder's JupyterLab.
+# JUPYTER_CONFIG_PATH, and so does binder/start for every Binder session.
 # Only defaults change: a person's own settings (~/.jupyter/lab/user-settings) still win.
 import os
 
