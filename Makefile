@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup install-torch lab test test-unit test-notebooks test-browser test-newest-torch \
-	notebooks report clean
+	notebooks nbconvert-execute report clean
 
 # Where torch comes from. On Linux, `torch==X` from PyPI is the CUDA build (~3 GB with its
 # nvidia-* wheels); PyTorch's CPU wheel index has the CPU build (~200 MB), which is all the
@@ -95,6 +95,15 @@ test-newest-torch:
 
 notebooks: setup
 	$(PY) tools/build_notebooks.py
+
+# What CI pipelines run (`jupyter nbconvert --execute --inplace`), with jupyter_config/ on
+# JUPYTER_CONFIG_PATH: jupyter_config/jupyter_nbconvert_config.py writes each notebook as
+# JupyterLab's run-all + save does, so git stays clean (tests/test_nbconvert.py). NB picks the
+# notebooks (default: all of them; the whole set takes about 15 min on 2 cores).
+NB ?= notebooks/*.ipynb
+nbconvert-execute: setup
+	JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter_config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
+	$(VENV)/bin/jupyter nbconvert --execute --inplace $(NB)
 
 clean:
 	rm -rf $(VENV) $(NEWEST_VENV) test-output
