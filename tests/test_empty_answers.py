@@ -83,3 +83,11 @@ def test_matrix_with_plain_still_counts_fixes():
     assert "not run" not in text
     row = next(line for line in text.splitlines() if line.startswith("traced"))
     assert row.split()[1] == "1"
+
+
+def test_matrix_where_nothing_applies_is_an_error_naming_what_would(capsys):
+    rc, out, err = _run(["matrix", "--ops", "diag", "--scenarios", "vmap_jvp", "--strategies",
+                         "plain,traced", "--samples", "first", "--quiet"], capsys)
+    assert rc == 2 and out == ""
+    assert "nothing applicable: no cell of diag x vmap_jvp can run" in _error(err, "matrix")[0]
+    assert "vmap_cotangents" in err and "jacrev" in err

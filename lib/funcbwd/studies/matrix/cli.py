@@ -59,6 +59,22 @@ def configure(p: argparse.ArgumentParser) -> None:
     options.add_common(out)
 
 
+def check_applicable(results) -> None:
+    """A run whose every cell is not applicable answered nothing (a table of n/a and fixes of 0):
+    an error naming the scenarios that do run these ops' formulas."""
+    from funcbwd.errors import FuncbwdError, listing
+    from funcbwd.ops import registry
+    from funcbwd.run.scenarios import names_for
+
+    if results and all(r.status == "not_applicable" for r in results):
+        ops = list(dict.fromkeys(r.op for r in results))
+        scenarios = list(dict.fromkeys(r.scenario for r in results))
+        kinds = {registry.get_op(op).kind for op in ops}
+        raise FuncbwdError(f"nothing applicable: no cell of {', '.join(ops)} x {', '.join(scenarios)} "
+                           "can run\n" + listing("scenarios for these ops' formulas",
+                                                  {"": names_for(kinds)}))
+
+
 def main(args: argparse.Namespace) -> int:
     from funcbwd.studies.matrix import matrix
     from funcbwd.studies.matrix import records
@@ -79,6 +95,7 @@ def main(args: argparse.Namespace) -> int:
             progress("the live group: about 8 min on 2 cores (495 s measured)")
         results = matrix.run_matrix(ops, args.scenarios, args.strategies, samples=args.samples,
                                     progress=progress)
+    check_applicable(results)
     render = {"table": lambda rs: (matrix.format_table(rs, width) + "\n\n"
                                    + summary.format_fixes(rs, width)),
               "json": records.to_json, "csv": records.to_csv}[args.format]
