@@ -233,7 +233,7 @@ def test_a_bad_option_names_the_command_and_shows_its_usage():
     argv = [sys.executable, "-m", "funcbwd", "matrix", "--ops", "diag", "--batch", "0"]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2
-    assert "usage: python -m funcbwd matrix [-h]" in p.stderr
+    assert "usage: python -m funcbwd matrix [--ops NAMES" in p.stderr
     assert "python -m funcbwd matrix: error: unrecognized arguments: --batch 0" in p.stderr
     assert "usage: python -m funcbwd [-h]" not in p.stderr and "Traceback" not in p.stderr
 
