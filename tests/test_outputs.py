@@ -114,3 +114,14 @@ def test_the_readme_says_what_regenerates_each_committed_data_file():
                              text=True, check=True).stdout.split()
     missing = [f for f in tracked if f"`{f}`" not in table]
     assert tracked and not missing, missing
+
+
+def test_a_progress_started_again_after_close_beats_again():
+    out = io.StringIO()
+    p = Progress("coverage", stream=out, tty=False, interval=3600, heartbeat=0.2)
+    p.start(2)
+    p.close()  # e.g. parallel.map_items closes the command's Progress after the sweep
+    p.start(3, "coverage cost")
+    time.sleep(0.7)
+    p.close()
+    assert sum(line.startswith("coverage cost 0/3") for line in out.getvalue().splitlines()) >= 2

@@ -74,6 +74,8 @@ class Progress:
         self.total, self.done, self.failed, self.current = total, 0, 0, ""
         if what is not None:
             self.what = what
+        if self._closed.is_set():  # used again after close(): beat again (a new thread)
+            self._closed, self._beating = threading.Event(), False
         self._draw(force=True)
 
     def doing(self, label: str) -> None:
