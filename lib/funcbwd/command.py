@@ -110,7 +110,7 @@ def committed(path: "str | Path") -> bool:
     return p.returncode == 0
 
 
-def check_out(path: "str | Path | None", force: bool = False, flag: str = "--out") -> None:
+def check_out(path: "str | Path | None", force: bool = False) -> None:
     """Refuse (one line, exit 2) before any work when ``path`` is a file git tracks, unless
     ``force``: a command never silently overwrites committed data or docs. Call it before a
     long run, not after it."""
@@ -123,8 +123,7 @@ def check_out(path: "str | Path | None", force: bool = False, flag: str = "--out
 
 def check_args_out(args: argparse.Namespace, flag: str = "--out") -> None:
     """:func:`check_out` for the command's ``flag`` option and ``--force``."""
-    check_out(getattr(args, flag.lstrip("-").replace("-", "_"), None),
-              getattr(args, "force", False), flag)
+    check_out(getattr(args, flag.lstrip("-").replace("-", "_"), None), getattr(args, "force", False))
 
 
 # ------------------------------------------------------------------------------ torch's warnings
@@ -177,9 +176,8 @@ class summarized_torch_warnings:
             sys.stderr = os.fdopen(os.dup(self._saved_fd), "w", buffering=1,
                                    encoding=getattr(self._old_stderr, "encoding", None) or "utf-8")
         self._warnings = warnings.catch_warnings(record=True)
-        self._caught = self._warnings.__enter__()
-        warnings.simplefilter("always")
-        return self
+        self._caught = self._warnings.__enter__()  # the filters stay as they are: a warning
+        return self                                  # shown once is recorded once
 
     def __exit__(self, *exc: object) -> None:
         import os

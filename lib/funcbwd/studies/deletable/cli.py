@@ -67,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
     check_selection(strategies, ops)
 
     with options.progress_of(args, "deletable") as progress:
-        if ops is None:  # say how long before starting
+        if ops is None and not args.no_timing:  # say how long before starting
             progress("all live sites: about 9 min with timing (the saved run took 510 s)")
         result = deletable.run_table(strategies, ops=ops, samples=args.samples,
                                      time_it=not args.no_timing, rounds=args.rounds,
