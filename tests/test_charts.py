@@ -147,3 +147,14 @@ def test_every_row_of_the_coverage_chart_spans_the_axis(all_charts):
     assert rows and all(abs(total - 100) < 1e-6 for total in rows.values()), rows
     counts = [int(y.rsplit("(", 1)[1].rstrip(")").replace(",", "")) for y in rows]
     assert max(counts) > 10 * min(counts)  # the rows do differ that much in size
+
+
+def test_bench_failure_notes_sit_inside_their_panel(all_charts):
+    """Issue 31: "failed: plain" sat under the panel, on the x tick labels, and a long one ran
+    into the next panel; now inside the panel's top left, one strategy a line."""
+    notes = [(name, a) for name, fig in all_charts.items() for a in fig.layout.annotations
+             if (a.text or "").startswith("failed:")]
+    assert notes
+    for name, a in notes:
+        assert a.yref.endswith(" domain") and 0 <= a.y <= 1 and a.yanchor == "top", (name, a.y)
+        assert all(len(line) <= 40 for line in a.text.split("<br>")), (name, a.text)
