@@ -92,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
     width = options.width_of(args)
     with options.progress_of(args, "matrix") as progress:
         if getattr(args, "group", None) == "live":  # say how long before starting
-            progress("the live group: about 8 min on 2 cores (495 s measured)")
+            progress("the live group: up to about 8 min on 2 cores (495 s with every strategy)")
         results = matrix.run_matrix(ops, args.scenarios, args.strategies, samples=args.samples,
                                     progress=progress)
     check_applicable(results)
