@@ -6,18 +6,21 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup install-torch lab test test-unit test-notebooks test-browser notebooks report clean
+.PHONY: setup install-torch lab test test-unit test-notebooks test-browser test-newest-torch \
+	notebooks nbconvert-execute report clean
 
 # Where torch comes from. On Linux, `torch==X` from PyPI is the CUDA build (~3 GB with its
 # nvidia-* wheels); PyTorch's CPU wheel index has the CPU build (~200 MB), which is all the
 # workbench needs. TORCH_INDEX=auto (the default) installs torch from that index when it answers
 # within 5 s and from pip's default index otherwise (offline mirrors, local wheels);
 # TORCH_INDEX=cpu or TORCH_INDEX=default forces one. `make install-torch DRY=echo` prints the
-# command instead of running it. The pin is read from pyproject.toml.
+# command instead of running it. The pin is read from pyproject.toml: the workbench's exact pin
+# (its extras), not the light install's range (its dependencies).
 TORCH_INDEX ?= auto
 CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_PROBE ?= $(PYTHON) -c "import urllib.request; urllib.request.urlopen('$(CPU_INDEX)/torch/', timeout=5)"
-TORCH_REQ := $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
+TORCH_REQ := $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml | head -n 1)
+TORCH_RANGE := $(shell sed -n 's/^ *"\(torch>[^"]*\)".*/\1/p' pyproject.toml | head -n 1)
 DRY ?=
 TORCH_INSTALL = case "$(TORCH_INDEX)" in \
 	  cpu|default) source=$(TORCH_INDEX) ;; \
@@ -73,8 +76,34 @@ test-browser: setup
 	bash tests/browser_setup.sh || echo "WARNING: could not install chromium; the browser tests will skip and say why"
 	$(PY) -m pytest -q tests -m browser
 
+# The user tool on the newest torch pip allows in the light install's range (TORCH_RANGE), in a
+# venv of its own (NEWEST_VENV): torch and numpy from pip, funcbwd without dependencies, then the
+# tool's tests (the tool, doctor, traced, the light install). NEWEST_PIP_ARGS adds pip options
+# (e.g. --extra-index-url $(CPU_INDEX) for the CPU build); DRY=echo prints the commands.
+NEWEST_VENV ?= .venv-newest-torch
+NEWEST_PIP_ARGS ?=
+TOOL_TESTS := tests/test_tool_function.py tests/test_tool_functionalized.py tests/test_doctor.py \
+	tests/test_traced.py tests/test_light_install.py
+test-newest-torch:
+	$(DRY) $(PYTHON) -m venv $(NEWEST_VENV)
+	$(DRY) $(NEWEST_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	$(DRY) $(NEWEST_VENV)/bin/python -m pip install --quiet --upgrade $(NEWEST_PIP_ARGS) \
+	  "$(TORCH_RANGE)" "numpy>=2,<3" "pytest>=9,<10" "hypothesis>=6,<7"
+	$(DRY) $(NEWEST_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(DRY) $(NEWEST_VENV)/bin/python -c "import torch; print('torch', torch.__version__)"
+	$(DRY) $(NEWEST_VENV)/bin/python -m pytest -q $(TOOL_TESTS) -m "not browser"
+
 notebooks: setup
 	$(PY) tools/build_notebooks.py
 
+# What CI pipelines run (`jupyter nbconvert --execute --inplace`), with jupyter_config/ on
+# JUPYTER_CONFIG_PATH: jupyter_config/jupyter_nbconvert_config.py writes each notebook as
+# JupyterLab's run-all + save does, so git stays clean (tests/test_nbconvert.py). NB picks the
+# notebooks (default: all of them; the whole set takes about 15 min on 2 cores).
+NB ?= notebooks/*.ipynb
+nbconvert-execute: setup
+	JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter_config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
+	$(VENV)/bin/jupyter nbconvert --execute --inplace $(NB)
+
 clean:
-	rm -rf $(VENV) test-output
+	rm -rf $(VENV) $(NEWEST_VENV) test-output

@@ -1,5 +1,5 @@
 # JupyterLab defaults for the workbench, owned by the project. `make lab` puts this folder on
-# JUPYTER_CONFIG_PATH; binder/postBuild copies lab/settings/overrides.json into Binder's JupyterLab.
+# JUPYTER_CONFIG_PATH, and so does binder/start for every Binder session.
 # Only defaults change: a person's own settings (~/.jupyter/lab/user-settings) still win.
 import os
 
@@ -27,3 +27,13 @@ def _drop_plotly_snapshots(model, **kwargs):
 
 
 c.ContentsManager.pre_save_hook = _drop_plotly_snapshots
+# The server applies this config to a contents manager again when an extension changes the config,
+# and jupytext derives a second contents manager from it: each time the trait is set to the same
+# hook, jupyter_server warns that the hook overrides itself ("Overriding existing pre_save_hook
+# (_drop_plotly_snapshots) with a new one (_drop_plotly_snapshots)"), twice per `make lab`. That
+# self-override only is silenced; replacing it by a different hook still warns.
+import warnings  # noqa: E402
+
+warnings.filterwarnings("ignore", category=UserWarning, message=(
+    r"Overriding existing pre_save_hook \(_drop_plotly_snapshots\) with a new one "
+    r"\(_drop_plotly_snapshots\)"))

@@ -69,7 +69,7 @@ print("strategies:", ", ".join(available()))
 # ## 1. One failing call
 #
 # `diag` of a non-square matrix. Its legacy backward (PyTorch ~1.10) is re-created line for line in
-# `funcbwd.ops.legacy_formulas`; the `plain` strategy runs it as written.
+# `funcbwd.ops.discussion.diag`; the `plain` strategy runs it as written.
 
 # %%
 display.formula_source("diag")

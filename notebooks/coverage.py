@@ -29,7 +29,8 @@
 # caller's tensors checked, the error measured, the tolerance by dtype.
 #
 # It takes hours on 2 cores, so it runs in the background (`python -m funcbwd coverage --workers 2
-# --out data/coverage.json.gz`, resumable with `--resume`) and this notebook reads the saved file.
+# --out data/coverage.json.gz --force`, resumable with `--resume`) and this notebook reads the
+# saved file.
 # Every count below is computed from the records by `funcbwd.studies.coverage.summary` and
 # `verdicts`; the rendering is `funcbwd.studies.coverage.render`.
 

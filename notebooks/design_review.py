@@ -339,7 +339,7 @@ assert by["python floor"].value == saved.strategies["handfixed"]["cost_vs_builti
 # %% [markdown]
 # ## "What would the PR look like?"
 #
-# `python -m funcbwd rfc --out docs/rfc.md` writes the pick as an RFC: the files core would change
+# `python -m funcbwd rfc --out docs/rfc.md --force` writes the pick as an RFC: the files core would change
 # (the generated `Node::apply`'s entry point, where the functionalized graphs are generated and
 # cached), the functorch expected failures it retires (from the OpInfo sweep's
 # `data/coverage.json.gz`, "not yet measured" until it is saved), the hand-written branches it
@@ -351,5 +351,5 @@ from funcbwd.studies.review import rfc
 
 rfc_text = rfc.document(rfc.load(DATA))
 assert rfc_text == open(os.path.join("..", "docs", "rfc.md")).read(), \
-    "docs/rfc.md is stale: python -m funcbwd rfc --out docs/rfc.md"
+    "docs/rfc.md is stale: python -m funcbwd rfc --out docs/rfc.md --force"
 print(rfc_text[rfc_text.index("## What it costs"):rfc_text.index("### The Python floor")])

@@ -14,7 +14,7 @@ prompt is on the page. A run without the project's configuration shows the promp
 (``test_the_prompt_check_can_fail``), so the prompt check can fail.
 
 Two fast tests (no browser) check the causes directly: the stored kernelspec of every notebook pair
-is the one JupyterLab starts, and binder/postBuild installs the same JupyterLab defaults.
+is the one JupyterLab starts, and binder/start applies jupyter_config/ as `make lab` does.
 
 Helpers (server, browser, REST) come from tests/test_browser.py.
 """
@@ -198,18 +198,35 @@ def test_stored_kernelspec_is_the_one_jupyterlab_starts():
 
 
 # ------------------------------------------------------------------------------ Binder's copy
-def test_binder_installs_the_same_lab_settings(tmp_path):
-    """binder/postBuild's settings line, run against a throwaway JupyterLab app dir
-    (``JUPYTERLAB_DIR``), writes jupyter_config's overrides.json as that app's overrides."""
-    lines = [ln.strip() for ln in (ROOT / "binder" / "postBuild").read_text().splitlines()
-             if "overrides.json" in ln and not ln.lstrip().startswith("#")]
-    assert len(lines) == 1 and lines[0].startswith("python -c "), lines
-    command = shlex.quote(sys.executable) + lines[0][len("python"):]
-    env = {"JUPYTERLAB_DIR": str(tmp_path / "lab"), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
+BINDER_PROBE = """
+import json, os
+from jupyter_core.paths import jupyter_config_path
+from traitlets.config import PyFileConfigLoader
+first = jupyter_config_path()[0]
+cfg = PyFileConfigLoader("jupyter_server_config.py", path=first).load_config()
+print(json.dumps({"first": first, "settings": cfg.LabApp.app_settings_dir,
+                  "hook": cfg.ContentsManager.pre_save_hook.__name__,
+                  "seed": os.environ.get("PYTHONHASHSEED")}))
+"""
+
+
+def test_binder_applies_jupyter_config_as_make_lab_does(tmp_path):
+    """binder/start (repo2docker runs every session's command through it), run from another
+    directory, puts the project's jupyter_config/ first on JUPYTER_CONFIG_PATH as `make lab` does:
+    the lab settings (no news prompt), the save hook and PYTHONHASHSEED=0 all come from it."""
+    start = ROOT / "binder" / "start"
+    assert start.stat().st_mode & 0o111, "binder/start must be executable (repo2docker runs it)"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run([str(start), sys.executable, "-c", BINDER_PROBE], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    written = tmp_path / "lab" / "settings" / "overrides.json"
-    assert json.loads(written.read_text()) == json.loads((CONFIG / "lab/settings/overrides.json").read_text())
-    notification = json.loads(written.read_text())["@jupyterlab/apputils-extension:notification"]
+    seen = json.loads(done.stdout)
+    assert Path(seen["first"]) == CONFIG
+    assert Path(seen["settings"]) == CONFIG / "lab" / "settings" and seen["seed"] == "0"
+    assert seen["hook"] == "_drop_plotly_snapshots"
+    notification = json.loads((CONFIG / "lab/settings/overrides.json").read_text())[
+        "@jupyterlab/apputils-extension:notification"]
     assert notification["fetchNews"] == "false"
+    make_lab = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=60).stdout
+    assert "JUPYTER_CONFIG_PATH=" + str(ROOT / "jupyter_config") in make_lab  # the same folder

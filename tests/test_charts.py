@@ -134,3 +134,27 @@ def test_text_width_estimate_orders_text_sensibly():
     assert figstyle.text_width("ab<br>abcdef") == figstyle.text_width("abcdef")
     assert figstyle.text_width("<b>bold</b>") == figstyle.text_width("bold")
     assert figstyle.text_width("x" * 10, 20) == 2 * figstyle.text_width("x" * 10, 10)
+
+
+def test_every_row_of_the_coverage_chart_spans_the_axis(all_charts):
+    """Issue 31: counts on one axis squashed every composition into a sliver beside vmapvjp's
+    thousands of cells; each row is drawn as shares of its own cells, so each spans 0-100%."""
+    fig = all_charts["coverage summary"]
+    rows = {}
+    for bar in fig.data:
+        for y, x in zip(bar.y, bar.x):
+            rows[y] = rows.get(y, 0) + x
+    assert rows and all(abs(total - 100) < 1e-6 for total in rows.values()), rows
+    counts = [int(y.rsplit("(", 1)[1].rstrip(")").replace(",", "")) for y in rows]
+    assert max(counts) > 10 * min(counts)  # the rows do differ that much in size
+
+
+def test_bench_failure_notes_sit_inside_their_panel(all_charts):
+    """Issue 31: "failed: plain" sat under the panel, on the x tick labels, and a long one ran
+    into the next panel; now inside the panel's top left, one strategy a line."""
+    notes = [(name, a) for name, fig in all_charts.items() for a in fig.layout.annotations
+             if (a.text or "").startswith("failed:")]
+    assert notes
+    for name, a in notes:
+        assert a.yref.endswith(" domain") and 0 <= a.y <= 1 and a.yanchor == "top", (name, a.y)
+        assert all(len(line) <= 40 for line in a.text.split("<br>")), (name, a.text)

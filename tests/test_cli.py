@@ -86,7 +86,10 @@ def test_subcommand_help_lists_the_registry(capsys):
         cli.main(["matrix", "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    assert "--ops (comma-separated" in out and "  diag " in out and "  per_formula " in out
+    assert "--ops (comma-separated" in out and " diag, " in out and " per_formula, " in out
+    # short: the options in two groups, the names as wrapped lists (issue 31)
+    assert len(out.splitlines()) <= 40 and "what to run:" in out and "output:" in out
+    assert max(map(len, out.splitlines())) <= 100
 
 
 def test_ops_lists_the_catalog_and_rejects_an_unknown_group(capsys):
@@ -230,7 +233,7 @@ def test_a_bad_option_names_the_command_and_shows_its_usage():
     argv = [sys.executable, "-m", "funcbwd", "matrix", "--ops", "diag", "--batch", "0"]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2
-    assert "usage: python -m funcbwd matrix [-h]" in p.stderr
+    assert "usage: python -m funcbwd matrix [--ops NAMES" in p.stderr
     assert "python -m funcbwd matrix: error: unrecognized arguments: --batch 0" in p.stderr
     assert "usage: python -m funcbwd [-h]" not in p.stderr and "Traceback" not in p.stderr
 

@@ -33,12 +33,23 @@ CUDA_NAME = re.compile(r"^(nvidia-.*|pytorch-cuda|pytorch-gpu|cudatoolkit|cuda-.
 
 # ------------------------------------------------------------------------------ parsing
 def pyproject_requirements(text: str) -> dict[str, Requirement]:
-    """Every dependency of the project, extras included, by canonical name."""
+    """Every dependency of the workbench (the light install's and its extras'), by canonical
+    name. torch is listed twice: a range for the light install, an exact pin inside it in the
+    extras; the workbench (what environment.yml and binder/ install) gets the pin."""
     project = tomllib.loads(text)["project"]
-    lines = list(project.get("dependencies", []))
-    for extra in project.get("optional-dependencies", {}).values():
-        lines += extra
-    return _by_name(lines, "pyproject.toml")
+    out = _by_name(list(project.get("dependencies", [])), "pyproject.toml")
+    pins: dict[str, Requirement] = {}
+    for extra, lines in project.get("optional-dependencies", {}).items():
+        for name, req in _by_name(lines, f"pyproject.toml [{extra}]").items():
+            if name in pins and str(pins[name]) != str(req):
+                raise AssertionError(f"pyproject.toml: {name} pinned differently in two extras")
+            if name in out and name not in pins:
+                pin = _exact_torch(req)
+                if pin is None or Version(pin) not in out[name].specifier:
+                    raise AssertionError(f"pyproject.toml: {name} listed twice: {req} in [{extra}] "
+                                         f"must be an exact pin within {out[name]}")
+            pins[name] = req
+    return {**out, **pins}
 
 
 def _by_name(lines: list[str], where: str) -> dict[str, Requirement]:

@@ -98,25 +98,33 @@ def test_op_notebook_verdict_is_compared(op):
     cells = _code_cells(NOTEBOOKS / f"op_{op}.ipynb")
     verdicts = [c for c in cells if "display.verdict(" in c.source]
     assert len(verdicts) == 1 and IGNORE_TAG not in verdicts[0].metadata.get("tags", [])
+    # the verdict first (issue 31): before the first chapter, right after the imports
+    nb = nbformat.read(NOTEBOOKS / f"op_{op}.ipynb", as_version=4)
+    at = nb.cells.index(next(c for c in nb.cells if "display.verdict(" in c.source))
+    first_chapter = next(i for i, c in enumerate(nb.cells)
+                         if c.cell_type == "markdown" and c.source.startswith("## 1."))
+    assert at < first_chapter and at <= 4, (at, first_chapter)
     text = "".join(o.get("data", {}).get("text/markdown", "") for o in verdicts[0].outputs)
     assert text.startswith(f"**Verdict for `{op}`.**")
 
 
 def test_op_notebooks_open_with_what_is_particular_to_the_op():
-    """Each op notebook opens with its own title, lede and chapter (prose written for the op, not
-    the template's), and that chapter's cell asserts what it shows."""
+    """Each op notebook opens with its own title and lede, then the verdict (issue 31: it was at
+    the bottom), then its own chapter (prose written for the op, not the template's), and that
+    chapter's cell asserts what it shows."""
     import jupytext
 
     openings = {}
     for op in build.OP_NOTEBOOKS:
         cells = jupytext.read(NOTEBOOKS / f"op_{op}.py").cells
         md = [i for i, c in enumerate(cells) if c.cell_type == "markdown"]
-        title, intro = cells[md[0]].source, cells[md[1]].source
+        title, verdict, intro = cells[md[0]].source, cells[md[1]].source, cells[md[2]].source
         assert title.startswith(f"# `{op}`:"), title[:80]
+        assert verdict.startswith("## The verdict") and "display.verdict(" in cells[md[1] + 1].source
         assert intro.startswith(f"## What is particular to {op}"), intro[:80]
-        check = cells[md[1] + 1]
+        check = cells[md[2] + 1]
         assert check.cell_type == "code" and "assert " in check.source
-        openings[op] = (title.split("Chapters:")[0], intro)
+        openings[op] = (title.split("The verdict first")[0], intro)
     titles = [t for t, _ in openings.values()]
     intros = [i for _, i in openings.values()]
     assert len(set(titles)) == len(titles) and len(set(intros)) == len(intros)

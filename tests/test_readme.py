@@ -107,9 +107,18 @@ def test_readme_decision_summary_is_generated_from_the_saved_evidence():
 
     d = review.decision(review.load_evidence(EVIDENCE_FILE))
     summary = block("decision-summary")
-    assert summary == readme.decision_summary_markdown(review.load_evidence(EVIDENCE_FILE))
+    from funcbwd.studies.bench import results as bench_results
+    from funcbwd.studies.bench import text as bench_text
+
+    bench = bench_results.load(BENCH_FILE)
+    assert summary == readme.decision_summary_markdown(review.load_evidence(EVIDENCE_FILE), bench)
     assert summary.startswith(f"**Decision: `{d.pick}`**")
-    assert " ".join(summary.split()).count(" ".join(d.sentences[2].split())) == 1  # the sentences, whole
+    # the headline ratio's basis, then the same run's target status beside it (issue 31)
+    flat = " ".join(summary.split())
+    status = bench_text.targets_summary(bench)
+    assert "bench targets missed" in status and f"batch >= 64; {status})" in flat
+    third = readme.COST_BASIS.sub(lambda m: f"{m.group(0)[:-1]}; {status})", d.sentences[2])
+    assert third != d.sentences[2] and flat.count(" ".join(third.split())) == 1  # whole
 
 
 def test_saved_evidence_counts_are_the_saved_matrix_counts():
@@ -305,3 +314,27 @@ def test_readme_problem_cell_fails_as_it_says():
     with pytest.raises(RuntimeError) as err:
         exec(compile(src, "<README>", "exec"), {})
     assert " ".join(str(err.value).split()).startswith(said), (said, str(err.value))
+
+
+# ------------------------------------------------------------------------------ headlines (issue 31)
+def test_bench_prose_numbers_are_the_saved_runs():
+    """docs/bench.md's prose quotes the decision's basis (data/bench-quick.json, median over the 8
+    test ops at batch >= 64) and the target status beside the median; handfixed/builtin is one
+    number; no sentence is left unfinished."""
+    from funcbwd.studies.bench import results as bench_results
+    from funcbwd.studies.bench import text as bench_text
+
+    bench = bench_results.load(BENCH_FILE)
+    costs = bench_results.cost_summary(dict(bench))
+    text = " ".join((ROOT / "docs" / "bench.md").read_text().split())
+    assert f"is {costs['traced']['batched_vs_handfixed']:.2f}x the hand-fixed" in text
+    assert f"`handfixed` itself takes {costs['handfixed']['batched_vs_builtin']:.2f}x builtin" in text
+    targets = [t for t in bench_results.targets(bench) if t["status"] != "not measured"]
+    missed = sum(t["status"] == "missed" for t in targets)
+    assert f"{missed} of the {len(targets)} targets above are MISSED" in text
+    assert "within noise" not in text and "no functional formula is," not in text
+    assert not text.rstrip().endswith("no functional formula is")
+    for line in (ROOT / "docs" / "bench.md").read_text().splitlines():
+        assert not line.rstrip().endswith(" is"), line
+    assert "1.26x" not in text and "sample runs per strategy" in readme.strategies_markdown(
+        records.load(MATRIX_FILE))

@@ -234,3 +234,32 @@ def test_report_renders_offline_in_chromium(built, tmp_path):
         page.screenshot(path=str(OUTPUT / "report_matrix.png"))
     assert not fetched, f"the report tried to fetch: {fetched}"
     assert not errors, f"JavaScript errors: {errors}"
+
+
+def test_the_matrix_has_no_row_of_only_na_and_never_breaks_a_name(built):
+    """Issue 31: the report's matrix drew rows where nothing applies (all n/a) and broke op names
+    mid-word; such rows are named once under the table, names never wrap (the table scrolls)."""
+    import re
+
+    _, _, page = built
+    table = page[page.index('<table class="funcbwd-matrix">'):]
+    table = table[:table.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", table[table.index("<tbody>"):], re.S)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)[2:] for row in rows]
+    assert rows and not [c for c in cells if c and all(x == "n/a" for x in c)]
+    assert ".funcbwd-matrix td:nth-child(-n+2){white-space:nowrap}" in page
+    assert '<div class="wide"><table class="funcbwd-matrix">' in page
+
+
+def test_rows_where_nothing_applies_are_named_not_drawn():
+    from funcbwd.run.runner import CellResult
+
+    results = [CellResult("diag", "s", "jacrev", "plain", "pass"),
+               CellResult("diag", "s", "vmap_jvp", "plain", "not_applicable")]
+    ctx = report.Context(ops=["diag"], scenarios=["jacrev", "vmap_jvp"], strategies=["plain"],
+                         samples="first", figure=report.FigureEmbedder(), data_dir=ROOT / "data",
+                         results=results)
+    body = report.matrix_section(ctx)
+    table = body[body.index('<table class="funcbwd-matrix">'):body.index("</table>")]
+    assert "vmap_jvp" not in table and "jacrev" in table
+    assert "Not applicable to any strategy, so not drawn: diag: vmap_jvp." in body

@@ -19,8 +19,9 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 def _torch_pin() -> str:
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    return next(d for d in deps if d.startswith("torch"))
+    """The workbench's exact pin (its extras; the light install's dependencies give a range)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    return next(d for d in extras["test"] if d.startswith("torch=="))
 
 
 def make(*args: str) -> subprocess.CompletedProcess:

@@ -41,7 +41,7 @@ def _coverage() -> str:
 #: ``results``, the saved ``bench`` run, the review ``evidence``); the live table and the sweep are
 #: read from data/, the bad inputs tried now.
 RENDERERS = {
-    "decision-summary": lambda i: readme.decision_summary_markdown(i["evidence"]),
+    "decision-summary": lambda i: readme.decision_summary_markdown(i["evidence"], i["bench"]),
     "findings": lambda i: readme.findings_markdown(findings.FINDINGS),
     "decision": lambda i: readme.decision_markdown(i["evidence"]),
     "strategies": lambda i: readme.strategies_markdown(i["results"]),

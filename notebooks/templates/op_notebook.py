@@ -16,11 +16,11 @@
 #
 # __OP_LEDE__
 #
-# Chapters: first what is particular to `__OP__`, then the chapters every op notebook shares:
-# (1) the op and its legacy formula, (2) the failure with its dispatch-key trace, (3) every
-# strategy in every scenario, (4) the formula's graph plain -> functionalized -> elided,
-# (5) overhead and copies, (6) a verdict generated from the results. Every number comes from a
-# `funcbwd` call in this notebook; every step asserts what it shows.
+# The verdict first, generated from this notebook's own run; then what is particular to `__OP__`,
+# then the chapters every op notebook shares: (1) the op and its legacy formula, (2) the failure
+# with its dispatch-key trace, (3) every strategy in every scenario, (4) the formula's graph plain
+# -> functionalized -> elided, (5) overhead and copies. Every number comes from a `funcbwd` call in
+# this notebook; every step asserts what it shows.
 
 # %%
 import dataclasses
@@ -43,13 +43,26 @@ display.setup_notebook()
 OP = "__OP__"
 spec = registry.get_op(OP)
 
+# %% [markdown]
+# ## The verdict
+#
+# Every sample of `__OP__`, in every scenario, under every strategy
+# (`funcbwd.studies.matrix.matrix.run_matrix(ops=[OP])`, shown in chapter 3), and the verdict
+# `funcbwd.views.display.verdict(OP, results)` generates from it:
+
+# %%
+results = matrix.run_matrix(ops=[OP])
+assert {r.strategy for r in results} == set(matrix.default_strategies())  # compiled: slow, runs when named
+display.verdict(OP, results)
+
 # __OP_INTRO__
 
 # %% [markdown]
 # ## 1. The op and its legacy formula
 #
 # The formula below is funcbwd's line-for-line Python re-creation of the C++ backward of early
-# 2022 (`funcbwd.ops.legacy_formulas`); the legacy op runs torch's forward and this backward.
+# 2022 (in `funcbwd.ops.discussion`, one module per op, beside core's modern formula); the legacy
+# op runs torch's forward and this backward.
 
 # %%
 print("op:        ", spec.name, f"[{spec.group}]")
@@ -96,13 +109,12 @@ assert t.status == failing.status and t.reason == failing.reason
 # %% [markdown]
 # ## 3. Every strategy in every scenario
 #
-# `funcbwd.studies.matrix.matrix.run_matrix(ops=[OP])`: every sample of the op, in every scenario, under every
-# strategy, each compared with a per-sample loop over plain autograd (atol = rtol = 1e-4).
-# A cell shows the worst sample; `k/n` is how many samples passed.
+# The run the verdict above comes from (`funcbwd.studies.matrix.matrix.run_matrix(ops=[OP])`):
+# every sample of the op, in every scenario, under every strategy, each compared with a per-sample
+# loop over plain autograd (atol = rtol = 1e-4). A cell shows the worst sample; `k/n` is how many
+# samples passed.
 
 # %%
-results = matrix.run_matrix(ops=[OP])
-assert {r.strategy for r in results} == set(matrix.default_strategies())  # compiled: slow, runs when named
 display.matrix_table(results, caption=f"{OP}: status per scenario and strategy")
 
 # %% tags=["nbval-ignore-output"]
@@ -162,7 +174,7 @@ for vmapped in (False, True):
 # %% [markdown]
 # ## 5. Overhead and copies, measured
 #
-# From the saved quick benchmark (`python -m funcbwd bench --quick --out data/bench-quick.json`):
+# From the saved quick benchmark (`python -m funcbwd bench --quick --out data/bench-quick.json --force`):
 # timings are machine-dependent, so only the charts show them (as ratios) and they are not compared
 # by the notebook tests.
 
@@ -186,11 +198,3 @@ else:
 # %% tags=["nbval-ignore-output"]
 if saved_bench is not None:
     plots.overhead_chart(saved_bench, ops=[OP]).show()
-
-# %% [markdown]
-# ## 6. Verdict
-#
-# Generated from the results above by `funcbwd.views.display.verdict(OP, results)`:
-
-# %%
-display.verdict(OP, results)

@@ -15,7 +15,7 @@ from funcbwd import command as options
 
 HELP = "one self-contained HTML report (no Jupyter, no network)"
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="report.html", help="HTML file to write (default report.html)")
+    options.add_out(p, "HTML file to write (default report.html, untracked)", default="report.html")
     p.add_argument("--ops", default=None,
                    help="comma-separated ops (default: the 8 test ops; see `python -m funcbwd ops`)")
     p.add_argument("--scenarios", default=None, help="comma-separated scenarios (default all)")
@@ -31,7 +31,8 @@ def main(args: argparse.Namespace) -> int:
     from funcbwd.tables import fit
     from funcbwd.views.report import build_report
 
-    data_dir = Path(args.data) if args.data else options.default_data_dir()
+    data_dir = options.data_dir_of(args)
+    options.check_args_out(args)
     with options.progress_of(args, "report") as progress:
         page, sections = build_report(args.ops, quick=args.quick, scenarios=args.scenarios,
                                       strategies=args.strategies, data_dir=data_dir,

@@ -71,18 +71,33 @@ def wrap(text: str, first: str = "", rest: str = "", width: int = WIDTH) -> list
     return lines + [line]
 
 
-def decision_summary_markdown(evidence) -> str:
+#: where a headline ratio's basis ends in the decision's cost sentence (the bench's target
+#: status goes right beside it)
+COST_BASIS = re.compile(r"\(median over \d+ ops, batch >= \d+\)")
+
+
+def decision_summary_markdown(evidence, bench=None) -> str:
     """The README's ``decision-summary`` block, its first screen: the pick (with what it is, its
     strategy's one-line summary), the runner-up and the decision's three sentences, wrapped; the
-    full table and the basis of every count are the ``decision`` block of ``docs/decision.md``."""
+    full table and the basis of every count are the ``decision`` block of ``docs/decision.md``.
+    With ``bench`` (the saved run the costs come from), the cost's basis is followed by that run's
+    target status (:func:`funcbwd.studies.bench.text.targets_summary`): a median of 1.00x must
+    not read as a met target."""
     from funcbwd.studies.review import review
 
     d = review.decision(evidence)
     pick = f"**Decision: `{d.pick}`**: {get_strategy(d.pick).summary}."
     if d.runner_up:
         pick += f" Runner-up: `{d.runner_up}`."
+    sentences = list(d.sentences)
+    if bench is not None:
+        from funcbwd.studies.bench import text as bench_text
+
+        status = bench_text.targets_summary(bench)
+        sentences = [COST_BASIS.sub(lambda m: f"{m.group(0)[:-1]}; {status})", s, count=1)
+                     for s in sentences]
     lines = wrap(pick) + [""]
-    for i, s in enumerate(d.sentences, 1):
+    for i, s in enumerate(sentences, 1):
         lines += wrap(s, f"{i}. ", " " * len(f"{i}. "))
     lines += [""] + wrap("_All candidates on all criteria, and the basis of each count: "
                          "[docs/decision.md](docs/decision.md)._")
@@ -140,7 +155,8 @@ def strategies_markdown(results: Sequence[CellResult]) -> str:
     scenarios = list(dict.fromkeys(r.scenario for r in results))
     lines.append("")
     lines.append(f"_Generated from `data/matrix-test-ops.json`: {len(ops)} ops x {len(scenarios)} "
-                 f"scenarios, {len(results)} sample runs, each compared with a per-sample loop and with "
+                 f"scenarios, {len(results) // max(len(strategies), 1)} sample runs per strategy (x "
+                 f"{len(strategies)} strategies), each compared with a per-sample loop and with "
                  "torch's own gradient (per-dtype tolerances; `max_abs_err`, `truth_err` in the data). "
                  "Regenerate with `python tools/update_readme.py`._")
     return "\n".join(lines)
@@ -226,5 +242,6 @@ def bench_markdown(results: dict, source: str = f"data/{BENCH_FILE_NAME}") -> st
                  f"torch {env['torch']}, {env['cpu_count']} cores, {env['torch_num_threads_used']} "
                  f"torch thread, {results.get('elapsed_s')} s; ratios of medians measured in one run "
                  "on a shared machine). Reproduce: `python -m funcbwd bench --quick --out "
-                 "data/bench-quick.json`; full run: `python -m funcbwd bench --out data/bench-full.json`._")
+                 "data/bench-quick.json --force`; full run: `python -m funcbwd bench --out "
+                 "data/bench-full.json --force` (about 14 min)._")
     return "\n".join(lines)

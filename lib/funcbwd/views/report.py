@@ -50,6 +50,8 @@ main{padding:8px 28px 40px;max-width:1400px;box-sizing:border-box}
 nav ol{columns:2;max-width:700px}section{border-top:1px solid #ddd;margin-top:24px}
 h2{margin:18px 0 8px}h3{margin:16px 0 6px}table{border-collapse:collapse;font-size:12px;max-width:100%}
 td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;overflow-wrap:anywhere}thead th{background:#eee}
+.funcbwd-matrix td,.funcbwd-matrix th{overflow-wrap:normal}.funcbwd-matrix td:nth-child(-n+2){white-space:nowrap}
+.wide{overflow-x:auto;max-width:100%}
 pre{background:#f6f8fa;padding:8px;overflow:auto;font-size:12px;max-width:100%}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:6px 10px;margin:8px 0}
 .error{background:#fdecea;border-left:4px solid #d73027;padding:6px 10px;margin:8px 0}
@@ -129,11 +131,22 @@ def matrix_section(ctx: Context) -> str:
     from funcbwd.studies.review import review
     from funcbwd.views import display
     basis = review.basis_text(review.basis(ctx.results))
+    # rows where no strategy applies (a backward-only op in a forward-mode scenario) are named
+    # once instead of drawn as rows of n/a; names are never broken (the table scrolls instead)
+    empty = [(op, sc) for op, sc in dict.fromkeys((r.op, r.scenario) for r in ctx.results)
+             if all(r.status == "not_applicable" for r in ctx.results if (r.op, r.scenario) == (op, sc))]
+    shown = [r for r in ctx.results if (r.op, r.scenario) not in set(empty)]
+    by_op: dict[str, list[str]] = {}
+    for op, sc in empty:
+        by_op.setdefault(op, []).append(sc)
+    left_out = ("<p>Not applicable to any strategy, so not drawn: " + html.escape("; ".join(
+        f"{op}: {', '.join(scs)}" for op, scs in by_op.items())) + ".</p>") if empty else ""
     parts = [f"<p>Cells over {html.escape(basis)}. Sample runs by status: "
              + html.escape(", ".join(f"{s} {sum(r.status == s for r in ctx.results)}"
                                      for s in outcomes.STATUSES)) + ".</p>",
-             display.matrix_table(ctx.results, caption="op x scenario rows, strategy columns (each "
-                                  "cell: its worst sample); hover a cell for the reason").html_text,
+             '<div class="wide">' + display.matrix_table(
+                 shown, caption="op x scenario rows, strategy columns (each cell: its worst sample); "
+                 "hover a cell for the reason").html_text + "</div>" + left_out,
              ctx.figure(display.matrix_heatmap(ctx.results)),
              "<details><summary>the same matrix as text</summary>"
              + _pre(matrix.format_table(ctx.results)) + "</details>"]

@@ -132,10 +132,12 @@ def ratio_vs_batch(results: dict[str, Any], size: str = "small", metric: str = "
                               "showarrow": False, "font": {"size": 11 if right else 10,
                                                            "color": "#444" if right else "#666"}})
         failed = sorted((lbl, why) for (o, lbl), why in fails.items() if o == op and lbl != ref)
-        if failed:
-            fig.add_annotation(text="failed: " + ", ".join(f"{lbl} ({why})" for lbl, why in failed),
-                               xref="x domain", yref="y domain", x=0.0, y=-0.02, showarrow=False,
-                               xanchor="left", yanchor="top", font={"size": 9, "color": "#b00"},
+        if failed:  # inside the panel's top left, one strategy a line (below it, it sat on the
+            # x tick labels; on one line it ran into the next panel)
+            fig.add_annotation(text="failed:<br>" + "<br>".join(f"{lbl} ({why})" for lbl, why in failed),
+                               xref="x domain", yref="y domain", x=0.01, y=0.99, showarrow=False,
+                               xanchor="left", yanchor="top", align="left",
+                               bgcolor="rgba(255,255,255,0.85)", font={"size": 9, "color": "#b00"},
                                row=r_i, col=c_i)
     fig.update_layout(shapes=shapes, annotations=list(fig.layout.annotations) + notes)
     # Axis titles once per row (y) and once per column (x, under its lowest panel), so no title

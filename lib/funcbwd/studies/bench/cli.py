@@ -35,7 +35,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads while timing")
     p.add_argument("--clock", default=None,
                    help="clock for medians and ratios: thread_cpu (default) or wall (both are recorded)")
-    p.add_argument("--out", default=None, help="write the JSON result here")
+    options.add_out(p, "write the JSON result here (data/bench-*.json are committed: --force)")
     p.add_argument("--no-profile", action="store_true",
                    help="skip the profile section (diag, B=64: handfixed, per_formula, traced)")
     options.add_common(p)
@@ -81,7 +81,13 @@ def main(args: argparse.Namespace) -> int:
     from funcbwd.studies.bench import text as bench_text
 
     cfg = config_from_args(args)
-    with options.progress_of(args, "bench") as progress:
+    options.check_args_out(args)
+    # torch's C++ fallback warnings (270 columns each) become one line of ours at the end
+    with options.summarized_torch_warnings(options.say_of(args, "bench"), width=93), \
+            options.progress_of(args, "bench") as progress:
+        if not args.ops:  # say how long before starting (the saved runs' elapsed_s)
+            progress("about " + ("3 min (bench-quick.json took 155 s)" if args.quick
+                                 else "14 min (bench-full.json took 815 s)"))
         results = bench.run_bench(cfg, progress)
         if not args.no_profile:  # where one cell's time goes, saved so notebooks need not time live
             results["profile"] = bench_profile.profile_section(progress=progress)

@@ -314,7 +314,7 @@ def _reference_text(row: dict[str, Any], challengers: Sequence[str], min_batch: 
                 f"the noise at every batch): it does work a functional formula does not; compare "
                 f"with {FLOOR}")
     if row["beaten_by"]:
-        return f"{head}: builtin faster beyond the noise, no functional formula is"
+        return f"{head}: builtin is faster beyond the noise; no functional formula is faster"
     return f"{head}: none faster beyond the noise"
 
 

@@ -117,3 +117,20 @@ def format_summary(results: dict[str, Any], width: int = WIDTH) -> str:
               format_hooks_claim(results, width), format_untimed(results, width),
               f"elapsed: {results.get('elapsed_s')} s (config {results['config'].get('name')})"]
     return "\n".join(p for p in parts if p)
+
+
+def targets_summary(results: dict[str, Any]) -> str:
+    """The bench's targets in one phrase, for beside any headline ratio of the same run, e.g.
+    ``4 of 5 bench targets missed, each judged on its worst case over 5 ops; worst 1.54x at mode,
+    small, B=8``: a median that looks fine must not hide a missed target."""
+    ts = [t for t in bench_results.targets(results) if t["status"] != "not measured"]
+    missed = [t for t in ts if t["status"] == "missed"]
+    n_ops = len([op for op in bench_results.TARGET_OPS if op in results["config"]["ops"]])
+    text = (f"{len(missed)} of {len(ts)} bench targets missed, each judged on its worst case over "
+            f"{n_ops} ops")
+    ratios = [t for t in missed if "copy" not in t["name"] and not math.isnan(t["value"])]
+    if ratios:
+        w = max(ratios, key=lambda t: t["value"])
+        at = w.get("where") or {}
+        text += f"; worst {w['value']:.2f}x" + (f" at {at['op']}, {at['size']}, B={at['batch']}" if at else "")
+    return text

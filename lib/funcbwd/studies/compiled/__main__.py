@@ -8,16 +8,18 @@ import argparse
 import logging
 import sys
 
+from funcbwd import command
 from funcbwd.studies.compiled import report
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m funcbwd.studies.compiled", description=__doc__)
-    p.add_argument("--out", help="save the study's JSON here (e.g. data/compiled.json)")
+    command.add_out(p, "save the study's JSON here (data/compiled.json is committed: --force)")
     p.add_argument("--render", metavar="PATH", help="only render a saved JSON file")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: eager backend, diag and prod, two scenarios, two cost cases")
     args = p.parse_args(argv)
+    command.check_args_out(args)
     if args.render:
         sys.stdout.write(report.render(report.load(args.render)))
         return 0

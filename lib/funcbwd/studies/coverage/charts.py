@@ -13,19 +13,28 @@ BARS = (("pass", "pass", "#4c9f70"), ("fail", "fail", "#d9534f"), ("mismatch", "
 
 
 def summary_figure(summary: dict[str, Any]):
-    """Per composition and strategy, the cells by status (stacked bars, one row per composition)."""
+    """Per composition and strategy, the cells by status: one row each, stacked as shares of that
+    row's cells (the counts in the row's label and in the hover). Counts on one axis would squash
+    every row into a sliver beside ``vmapvjp``'s (all of its samples, thousands of cells, against
+    one sample of the other compositions); shares keep every row readable."""
     import plotly.graph_objects as go
 
-    ys = [f"{comp} · {st}" for comp, per in summary["compositions"].items() for st in per]
-    counts = [c for per in summary["compositions"].values() for c in per.values()]
+    per_row = [(f"{comp} · {st}", c) for comp, per in summary["compositions"].items()
+               for st, c in per.items()]
+    totals = [sum(c[key] for key, _, _ in BARS) or 1 for _, c in per_row]
+    ys = [f"{name} ({total:,})" for (name, _), total in zip(per_row, totals)]
     fig = go.Figure()
     for key, label, colour in BARS:
-        fig.add_bar(y=ys, x=[c[key] for c in counts], name=label, orientation="h",
-                    marker_color=colour, hovertemplate="%{y}: %{x} cells (" + label + ")<extra></extra>")
-    fig.update_layout(barmode="stack", yaxis=dict(autorange="reversed"))
+        fig.add_bar(y=ys, x=[100 * c[key] / t for (_, c), t in zip(per_row, totals)],
+                    customdata=[c[key] for _, c in per_row], name=label, orientation="h",
+                    marker_color=colour,
+                    hovertemplate="%{y}: %{customdata} cells, %{x:.1f}% (" + label + ")<extra></extra>")
+    fig.update_layout(barmode="stack", yaxis=dict(autorange="reversed"),
+                      xaxis=dict(range=[0, 100], ticksuffix="%"))
     n_reg = len(summary["regressions"])
-    return style(fig, "OpInfo sweep: cells by status", x_title="cells [op x sample]",
-                 y_title="composition · strategy", height=120 + 22 * len(ys), left=190,
+    return style(fig, "OpInfo sweep: cells by status, as shares of each row", x_title="share of the "
+                 "row's cells [op x sample]; the row's count in brackets",
+                 y_title="composition · strategy", height=120 + 22 * len(ys), left=230,
                  legend_title="status",
                  caption=f"{n_reg} regressions against builtin; {len(summary['fixes'])} fixes, "
                          f"{sum(f['inplace'] for f in summary['fixes'])} of vmap's in-place error.")

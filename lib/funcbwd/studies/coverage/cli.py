@@ -44,7 +44,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="local Dask worker processes (default 0 = serial, in this process)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run on an existing Dask cluster (e.g. tcp://host:8786)")
-    p.add_argument("--out", default=None, help="write the result here (.json.gz)")
+    command.add_out(p, "write the result here (.json.gz; data/coverage.json.gz is committed: "
+                       "--force; the whole op_db takes hours)")
     p.add_argument("--resume", action="store_true", help="continue from <out>.partial.jsonl")
     p.add_argument("--load", default=None, help="summarize a saved run instead of sweeping")
     p.add_argument("--cost", action="store_true", help="with --load: time whole / builtin on "
@@ -62,6 +63,7 @@ def main(args: argparse.Namespace) -> int:
     from funcbwd.studies.coverage import data, render, summary, sweep, verdicts
 
     width = command.width_of(args)
+    command.check_args_out(args)
     if args.load:
         doc = data.load(args.load)
     else:
@@ -83,6 +85,9 @@ def main(args: argparse.Namespace) -> int:
             raise BadInputError("--resume needs --out (the partial records live beside it)")
         start = time.perf_counter()
         with command.progress_of(args, "coverage") as progress:
+            if args.ops is None:  # say how long before starting
+                progress("the whole op_db: the saved run took 157 min on 2 workers (--ops NAMES "
+                         "for a few ops)")
             results = sweep.run_sweep(args.ops, plan, out=args.out, resume=args.resume,
                                       workers=args.workers, scheduler=args.scheduler,
                                       progress=progress)

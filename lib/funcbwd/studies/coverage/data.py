@@ -34,6 +34,9 @@ def load(path: str | Path) -> dict[str, Any]:
     """The saved document (a FuncbwdError names a wrong schema)."""
     from funcbwd.errors import BadInputError
 
+    if not Path(path).is_file():
+        raise BadInputError(f"no saved coverage run at {path}; pass --load FILE (e.g. the "
+                            "checkout's data/coverage.json.gz)")
     with gzip.open(Path(path), "rt") as f:
         doc = json.load(f)
     if doc.get("schema") != SCHEMA:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from funcbwd import command
 from funcbwd.studies.coverage import data, summary, sweep
 
 SCHEMA = "funcbwd-coverage-deep/1"
@@ -73,10 +74,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--coverage", default=f"data/{data.FILE_NAME}", metavar="FILE")
     ap.add_argument("--budget", type=float, default=120.0, metavar="S")
-    ap.add_argument("--out", default=f"data/{FILE_NAME}", metavar="FILE")
+    ap.add_argument("--out", default=f"out/{FILE_NAME}", metavar="FILE",
+                    help=f"default out/{FILE_NAME} (untracked); data/{FILE_NAME} is the committed one")
     ap.add_argument("--pending", default=None, metavar="DEEP_FILE", help="only the in-place cells "
                     "that deep pass file has not re-run (write --out to a new file)")
+    command.add_force(ap)
     args = ap.parse_args(argv)
+    command.check_out(args.out, args.force)
     records = data.load(args.coverage)["records"]
     cells = (pending(records, json.loads(Path(args.pending).read_text())) if args.pending
              else inplace_cells(records))
@@ -91,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "torch": torch.__version__, "script": "python -m funcbwd.studies.coverage.deep",
                     **res["plan"]},
            "records": res["records"]}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1))
     print(format_result(doc))
     return 0

@@ -49,7 +49,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 
-from funcbwd import batching
+from funcbwd import batching, command
 from funcbwd.errors import first_line
 from funcbwd.studies.bench import results as bench_results
 from funcbwd.run.compare import compare
@@ -335,11 +335,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
     ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, help="seconds per op")
-    ap.add_argument("--out", default=None, help="JSON file to write")
+    command.add_out(ap, "JSON file to write (data/fallback-speedup.json is committed: --force)")
     ap.add_argument("--coverage", default=None, metavar="FILE",
                     help="the sweep's data file whose builtin fallbacks name the candidates "
                          "(e.g. data/coverage.json.gz); required unless --ops")
     a = ap.parse_args(argv)
+    command.check_args_out(a)
     if a.ops is None and a.coverage is None:
         ap.error("give --coverage FILE (the candidates) or --ops")
     result = run(a.ops, a.batch, a.repeats, True, a.budget, a.coverage)

@@ -21,7 +21,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from funcbwd import internals
-from funcbwd.errors import BadInputError, UnknownNameError, first_line
+from funcbwd.errors import BadInputError, FuncbwdError, UnknownNameError, first_line, listing
 from funcbwd.ops.registry import OpSpec, Sample
 
 GROUP = "opinfo"
@@ -72,6 +72,8 @@ def select_ops(names: str | Iterable[str] | None = None) -> list[str]:
         if not hits:
             raise UnknownNameError("OpInfo op", name, ids)
         chosen.extend(h for h in hits if h not in chosen)
+    if not chosen:  # "--ops ," names nothing: an empty sweep would look like a clean one
+        raise FuncbwdError("no OpInfo op given\n" + listing("valid OpInfo ops", {"": ids}))
     return chosen
 
 

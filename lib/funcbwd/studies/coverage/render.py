@@ -156,8 +156,8 @@ def markdown(doc: dict[str, Any], summary: dict[str, Any]) -> str:
         lines += [f"| `{t}` | " + " | ".join(str(c[v]) for v in V.VERDICTS) + " |"
                   for t, c in counts.items()]
     lines += ["", f"_{meta_line(doc['meta'])} From `data/coverage.json.gz`; recompute with "
-                  "`python -m funcbwd coverage --workers 2 --out data/coverage.json.gz` "
-                  "(resumable: `--resume`); `notebooks/coverage.ipynb` shows every verdict._"]
+                  "`python -m funcbwd coverage --workers 2 --out data/coverage.json.gz --force` "
+                  "(hours; resumable: `--resume`); `notebooks/coverage.ipynb` shows every verdict._"]
     return "\n".join(lines)
 
 

@@ -26,12 +26,32 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-timing", action="store_true", help="skip the cost measurement")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (default 5)")
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.add_argument("--out", default=None, help="also write the JSON result to this file")
+    options.add_out(p, "also write the JSON result to this file (data/live-deletable.json is the "
+                       "committed one: --force; about 10 min with timing)")
     options.add_common(p)
 
 
 def _names(text: str | None) -> list[str] | None:
     return None if text is None else [n.strip() for n in text.split(",") if n.strip()]
+
+
+def check_selection(strategies: list[str] | None, ops: list[str] | None) -> None:
+    """An empty selection is an error listing what would match: no strategy, or ``--ops`` that
+    names no live site (``0 of 0 branches`` would read as an answer)."""
+    from funcbwd.errors import FuncbwdError, listing
+    from funcbwd.ops.registry import get_op
+    from funcbwd.studies.deletable import deletable
+
+    if not strategies:
+        raise FuncbwdError("no strategy given\n" + listing("candidate strategies",
+                                                            {"": list(deletable.CANDIDATES)}))
+    if ops is not None:
+        for o in ops:
+            get_op(o)  # an unknown name raises, listing the valid ones
+        live = sorted({s.op_name for s in deletable.live_sites()})
+        if not set(ops) & set(live):
+            raise FuncbwdError(f"no live site matched --ops {','.join(ops)}\n"
+                               + listing("ops with a live site", {"": live}))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -42,10 +62,14 @@ def main(args: argparse.Namespace) -> int:
 
     if args.rounds < 1:
         raise BadInputError(f"--rounds must be a positive int, got {args.rounds}")
+    options.check_args_out(args)
+    strategies, ops = _names(args.strategies), _names(args.ops)
+    check_selection(strategies, ops)
 
     with options.progress_of(args, "deletable") as progress:
-        result = deletable.run_table(_names(args.strategies) or list(deletable.CANDIDATES),
-                                     ops=_names(args.ops), samples=args.samples,
+        if ops is None and not args.no_timing:  # say how long before starting
+            progress("all live sites: about 9 min with timing (the saved run took 510 s)")
+        result = deletable.run_table(strategies, ops=ops, samples=args.samples,
                                      time_it=not args.no_timing, rounds=args.rounds,
                                      progress=progress)
     text = json.dumps(bench_results.strict_json(result), indent=1)

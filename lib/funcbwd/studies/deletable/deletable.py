@@ -292,7 +292,7 @@ def _plain_status(c: dict[str, Any], row: dict[str, Any]) -> str:
     if "plain_status" not in c:
         raise BadInputError(f"{row['site']}: a saved cell ({c['scenario']} [{c['sample']}]) passed without "
                             "the mechanism but lacks the fast path's own status (plain_status); recompute "
-                            "the table: python -m funcbwd deletable --out data/live-deletable.json")
+                            "the table: python -m funcbwd deletable --out data/live-deletable.json --force")
     return c["plain_status"]
 
 
@@ -357,7 +357,7 @@ def check_schema(result: dict[str, Any]) -> None:
     if result.get("schema") != SCHEMA:
         raise BadInputError(f"the saved deletable table has schema {result.get('schema')!r}, this "
                             f"funcbwd reads {SCHEMA!r}; recompute it: python -m funcbwd deletable "
-                            "--out data/live-deletable.json")
+                            "--out data/live-deletable.json --force")
 
 
 def shared_fallback_sites(result: dict[str, Any], strategy: str) -> list[tuple[str, list[str]]]:

@@ -25,7 +25,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", default=None, help="comma-separated finding keys (default: all; see below)")
     p.add_argument("--format", choices=["markdown", "text", "json"], default="markdown")
     p.add_argument("--no-cases", action="store_true", help="only the repro, not the related cases")
-    p.add_argument("--out", default=None, help="write to this file instead of stdout")
+    options.add_out(p, "write to this file instead of stdout")
     options.add_common(p)
 
 
@@ -35,6 +35,7 @@ def main(args: argparse.Namespace) -> int:
     from funcbwd.tables import fit
 
     keys = parse_names("finding", args.only, findings.finding_keys())
+    options.check_args_out(args)
     with options.progress_of(args, "findings") as progress:
         reports = [findings.get_finding(k).check(with_cases=not args.no_cases)
                    for k in progress.track(keys)]

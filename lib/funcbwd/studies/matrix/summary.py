@@ -79,10 +79,14 @@ def counts(results: Sequence[CellResult]) -> dict[str, dict[str, int]]:
 def format_fixes(results: Sequence[CellResult], width: int = WIDTH) -> str:
     """One line per strategy: the counts of :func:`fixes_over_plain`, for under the matrix table
     (fitting ``width`` columns)."""
-    rows = [[st, c["fixes"], c["also_plain"], c["without_mechanism"], c["not_passing"]]
+    ran_plain = any(r.strategy == "plain" for r in results)
+    # without plain there is nothing to compare with: "not run", never a count of 0
+    rows = [[st, *((c["fixes"], c["also_plain"]) if ran_plain else ("not run", "not run")),
+             c["without_mechanism"], c["not_passing"]]
             for st, c in counts(results).items()]
     head = ("What each strategy fixes over plain, in cells (op x scenario, worst over samples); a fix "
-            "is a pass with the strategy's mechanism ran where plain fails:")
+            "is a pass with the strategy's mechanism ran where plain fails"
+            + (":" if ran_plain else "; plain was not run (add it to --strategies to compare):"))
     return paragraph(head, width) + "\n" + table(
         ["strategy", "fixes over plain", "passes plain also passes", "passes without its mechanism",
          "not passing"], rows, width=width, align="lrrrr")

@@ -16,8 +16,8 @@ HELP = "the pick as a generated RFC: core changes, retired xfails, deleted branc
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default=None, metavar="FILE",
-                   help="write the Markdown here (e.g. docs/rfc.md) instead of stdout")
+    options.add_out(p, "write the Markdown here instead of stdout (docs/rfc.md is committed: "
+                       "--force)")
     p.add_argument("--data", default=None, metavar="DIR",
                    help="directory of saved results (review-evidence.json, bench-quick.json, "
                         "live-deletable.json, ...); default $FUNCBWD_DATA if set, else ./data")
@@ -27,11 +27,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from funcbwd.errors import BadInputError
-
-    data_dir = Path(args.data) if args.data else options.default_data_dir()
-    if not data_dir.is_dir():
-        raise BadInputError(f"no data directory at {data_dir}; pass --data DIR (the checkout's data/)")
+    data_dir = options.data_dir_of(args)
+    options.check_args_out(args)
     if not getattr(args, "quiet", False):
         from funcbwd.tables import WIDTH, fit
 

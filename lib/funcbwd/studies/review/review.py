@@ -169,10 +169,14 @@ def basis(results: Sequence[CellResult]) -> dict[str, Any]:
 
 
 def basis_text(b: Mapping[str, Any]) -> str:
-    """The basis as a phrase for every place a count appears."""
+    """The basis as a phrase for every place a count appears. Sample runs are counted per
+    strategy (op x sample x scenario), the number that is the same wherever the same ops, samples
+    and scenarios ran, however many strategies a run compared (their total is said beside it)."""
     which = {"all": "all samples", "first": "the first sample of each op"}.get(b["samples"], "some samples")
-    return (f"{which} of {len(b['ops'])} ops x {len(b['scenarios'])} scenarios ({b['sample_runs']} "
-            "sample runs; a cell passes only if every sample passes)")
+    n = max(len(b.get("strategies") or ()), 1)
+    return (f"{which} of {len(b['ops'])} ops x {len(b['scenarios'])} scenarios "
+            f"({b['sample_runs'] // n} sample runs per strategy, x {n} strategies; a cell passes "
+            "only if every sample passes)")
 
 
 def matrix_evidence(results: Sequence[CellResult]) -> dict[str, dict[str, Any]]:
