@@ -88,7 +88,7 @@ def markdown(data: dict, source: str = "data/yourcode-corpus.json") -> str:
     for t in targets(data):
         lines += wrap(t, "- ", "  ")
     lines += ["", *wrap(f"_Source: `{source}` (torch {data['torch']}); reproduce with "
-                        "`python -m funcbwd.studies.yourcode.run --out data/yourcode-corpus.json` "
+                        "`python -m funcbwd.studies.yourcode.run --out data/yourcode-corpus.json --fresh --force` "
                         "(about a minute on one core)._")]
     return "\n".join(lines)
 
@@ -135,6 +135,6 @@ def cost_markdown(data: dict, source: str = "data/yourcode-cost.json") -> str:
         "rewrite does not: small functions pay most. Code that works plain never pays a failed "
         "attempt, only the drop-in's bookkeeping."),
         "", *wrap(f"_Source: `{source}` (torch {data['torch']}); reproduce with "
-                  "`python -m funcbwd.studies.yourcode.cost --out data/yourcode-cost.json` "
+                  "`python -m funcbwd.studies.yourcode.cost --out data/yourcode-cost.json --force` "
                   "(a few minutes)._")]
     return "\n".join(lines)

@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from funcbwd import command
+from funcbwd.errors import BadInputError
 from funcbwd.progress import Progress
 from funcbwd.studies.bench import timing
 from funcbwd.studies.yourcode import transforms as T
@@ -103,11 +105,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", nargs="*", type=int, default=[64, 512])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--quiet", action="store_true")
+    command.add_force(p)
     ns = p.parse_args(argv)
     names = ns.cases or list(CASES)
     bad = [n for n in names if n not in CASES]
     if bad or not names or not ns.batches:
         print(f"nothing to time: unknown {', '.join(bad) or 'empty selection'}", file=sys.stderr)
+        return 2
+    try:
+        command.check_out(ns.out, ns.force)
+    except BadInputError as e:
+        print(f"python -m funcbwd.studies.yourcode.cost: error: {e}", file=sys.stderr)
         return 2
     cells = [(n, t, b) for n in names for t in TRANSFORMS for b in ns.batches
              if t not in CASES[n].undefined]

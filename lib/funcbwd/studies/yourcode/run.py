@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from funcbwd import command
+from funcbwd.errors import BadInputError
 from funcbwd.progress import Progress
 from funcbwd.studies.yourcode.case import CLASSES, TRANSFORMS
 
@@ -124,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"default {DEFAULT_OUT} (untracked); data/yourcode-corpus.json to refresh "
                         "the committed data")
     p.add_argument("--fresh", action="store_true", help="ignore cells already in --out")
+    command.add_force(p)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     ns = p.parse_args(argv)
     names = ns.cases if ns.cases else list(CASES)
@@ -132,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nothing to run: unknown {', '.join(bad) or 'empty selection'}; cases: "
               f"{len(CASES)} (see `python -m funcbwd.studies.yourcode.check`), mechanisms: "
               f"{', '.join(MECHANISMS)}", file=sys.stderr)
+        return 2
+    try:
+        command.check_out(ns.out, ns.force)
+    except BadInputError as e:
+        print(f"python -m funcbwd.studies.yourcode.run: error: {e}", file=sys.stderr)
         return 2
     previous: list[dict] = []
     if ns.out.exists() and not ns.fresh:
