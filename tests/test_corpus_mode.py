@@ -23,32 +23,27 @@ DATA = ROOT / "data" / "yourcode-corpus.json"
 #: case -> (transforms where the mode fails, why): the mode's expected failures
 MODE_FAILS: dict[str, tuple[tuple[str, ...], str]] = {
     "nflows:unconstrained_rational_quadratic_spline": (
-        ("vmap", "vmap_vjp", "vmap_jacrev", "vmap_vmap"),
-        "`if torch.any(inside_interval_mask)`: a Python branch on a per-sample value"),
+        ("vmap_vmap",),
+        "`if torch.any(inside_interval_mask)`: a branch on a per-sample value; the outer vmap's "
+        "per-sample loop runs the inner vmap plainly, which meets the same branch"),
     "torch_geometric:scatter-sum-per-graph": (
-        ("vmap", "vmap_vjp", "vmap_jacrev", "vmap_vmap"),
-        "`int(index.max()) + 1`: reads a per-sample value"),
+        ("vmap_vmap",), "`int(index.max()) + 1` reads a per-sample value (as nflows)"),
     "pytorch3d:matrix_to_axis_angle": (
-        ("vmap", "vmap_vjp", "vmap_jacrev", "vmap_vmap"),
-        "`matrix[near_pi][..., 0, :]` and `torch.norm(n)` over the selected rows: a selection "
-        "indexed and reduced, not only elementwise"),
+        ("vmap_vmap",),
+        "a selection indexed and reduced over its rows (`matrix[near_pi][..., 0, :]`, "
+        "`torch.norm(n)`): only a per-sample loop runs it, and the inner vmap is not one"),
     "roma:rotmat_to_unitquat": (
-        ("vmap", "vmap_vjp", "vmap_jacrev", "vmap_vmap"),
-        "`ind = torch.nonzero(mask, as_tuple=True)[0]` then `quat[ind, i]` with a tensor `i`: "
-        "data-dependent indices"),
+        ("vmap_vmap",), "`torch.nonzero(mask, as_tuple=True)` indices, as pytorch3d"),
     "torchaudio:lfilter-a_coeffs": (
         ("vmap_vjp", "vmap_jacrev", "hessian"),
-        "the loop reads windows of the output buffer it writes (autograd refuses it as written); "
-        "@functionalized on the function fixes it, the drop-in's functionalized retry of the "
-        "composed per-sample function does not"),
+        "the loop reads windows of the output buffer it writes (autograd refuses it as written, "
+        "so no per-sample run works either); @functionalized on the function fixes it"),
     "vector_quantize:VectorQuantize": (
         TRANSFORMS,
-        "the codebook moving average is written through `.data` of a module buffer (refused), "
-        "and the forward reads `.item()`-like values"),
+        "the codebook's moving average is written into module buffers (through `.data`): "
+        "refused batched, and a per-sample loop would let each entry see the others' updates"),
     "vqvae2:Quantize.forward": (
-        TRANSFORMS,
-        "the codebook is written through `.data` of a module buffer (refused), and `F.one_hot` "
-        "reads the number of classes from a per-sample value"),
+        TRANSFORMS, "the codebook is written into module buffers, as vector_quantize"),
 }
 
 

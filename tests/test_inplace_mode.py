@@ -15,7 +15,7 @@ import funcbwd
 from funcbwd.errors import FuncbwdError
 from funcbwd.tool import inplace, oldstyle
 from funcbwd.tool.inplace import InplaceMode
-from funcbwd.tool.vmap import run_inplace
+from funcbwd.tool.vmap import PerSampleLoopWarning, run_inplace
 
 B = 3
 
@@ -215,16 +215,19 @@ def test_a_callers_tensor_converted_in_place_of_itself_is_borrowed_too():
     torch.testing.assert_close(got, torch.full((B, 2), 2.0))
 
 
-def test_a_write_through_data_of_a_callers_tensor_fails_not_wrong():
+def test_a_write_through_data_of_a_callers_tensor_fails_never_wrong():
     buf = torch.zeros(3)
 
     def f(x):
         buf.data.copy_(x)  # .data: an alias of the caller's tensor the mode cannot batch
         return buf * 2
 
-    with pytest.raises(RuntimeError) as e:
-        funcbwd.vmap(f)(inputs(3))
-    assert "through a view or .data of a tensor the caller owns" in e.value.__notes__[0]
+    with pytest.raises(inplace.InplaceModeError, match="through a view or .data"):
+        run_inplace(lambda: torch.func.vmap(f)(inputs(3)))  # never a wrong batched answer
+    assert buf.tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(RuntimeError) as e:  # the per-sample loop refuses it too: entries would
+        funcbwd.vmap(f)(inputs(3))          # see each other's writes
+    assert "per-sample loop: InplaceModeError" in e.value.__notes__[0]
     assert buf.tolist() == [0.0, 0.0, 0.0]
 
 
@@ -256,26 +259,49 @@ def test_random_state_is_put_back_before_the_retry():
     torch.testing.assert_close(got, inputs(3) + noise)
 
 
-def test_a_batched_mask_selection_into_a_reduction_is_one_clear_error():
+def test_a_batched_mask_selection_into_a_reduction_runs_per_sample_and_says_so():
     def f(x):
         return x[x > 0].sum()
 
     with pytest.raises(RuntimeError):
         torch.func.vmap(f)(inputs(4))
-    with pytest.raises(RuntimeError) as e:  # torch's own error, with the mode's as one note
-        funcbwd.vmap(f)(inputs(4))
-    (note,) = e.value.__notes__
-    assert "in-place mode: InplaceModeError" in note and "elementwise" in note
-    assert "\n" not in note
+    # the mode refuses a selection reaching a reduction (no silent wrong shape) ...
+    with pytest.raises(inplace.InplaceModeError, match="elementwise"):
+        run_inplace(lambda: torch.func.vmap(f)(inputs(4)))
+    # ... so funcbwd.vmap ends in its per-sample loop, warned, equal to the loop
+    with pytest.warns(PerSampleLoopWarning, match="once per batch entry"):
+        got = funcbwd.vmap(f)(inputs(4))
+    torch.testing.assert_close(got, torch.stack([f(x) for x in inputs(4)]))
+
+
+def test_the_per_sample_loop_keeps_out_dims_and_randomness_same():
+    def f(x):
+        z = torch.zeros(3)
+        z[0] = x.sum() + torch.rand(())  # the same draw for every entry under "same"
+        return z if x.sum().item() > -1e9 else z  # a per-sample value read: only the loop runs it
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PerSampleLoopWarning)
+        got = funcbwd.vmap(f, out_dims=1, randomness="same")(inputs(3))
+    torch.manual_seed(0)
+    r = torch.rand(())
+    want = torch.stack([torch.cat([(x.sum() + r)[None], torch.zeros(2)]) for x in inputs(3)], 1)
+    torch.testing.assert_close(got, want)
 
 
 def test_nothing_is_left_behind_after_an_error():
     import torch._functorch.apis as apis
 
+    def hopeless(x):  # fails batched and per sample alike
+        raise RuntimeError("vmap: inplace arithmetic(self, *extra_args) is not possible because "
+                           "there exists a Tensor `other` in extra_args that has more elements")
+
     vmap_impl, apply = apis.vmap_impl, torch.autograd.Function.__dict__["apply"]
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError) as e:
         with funcbwd.allow_inplace():
-            torch.func.vmap(lambda x: x[x > 0].sum())(inputs(4))
+            torch.func.vmap(hopeless)(inputs(4))
+    assert "per-sample loop: RuntimeError" in e.value.__notes__[0]
     assert apis.vmap_impl is vmap_impl
     assert torch.autograd.Function.__dict__["apply"] is apply
     assert torch._C._len_torch_function_stack() == 0

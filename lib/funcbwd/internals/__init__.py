@@ -358,6 +358,9 @@ from funcbwd.internals.levels import (  # noqa: E402,F401
     swap_impl,
     vmap_impl_replaced,
     vmap_levels,
+    vmap_inputs,
+    unflatten,
+    stack_outputs,
     wrapper_levels,
     zeros_at_every_level,
 )

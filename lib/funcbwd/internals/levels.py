@@ -142,3 +142,29 @@ def wrapper_levels(t: torch.Tensor) -> frozenset[int]:
         if tangent is not None:
             levels |= {_F.maybe_get_level(c) for c, k in _levels(tangent) if k != "Dense"}
     return frozenset(levels)
+
+
+def vmap_inputs(in_dims, args: tuple, func) -> tuple[int, list, list, object]:
+    """(batch size, flat in_dims, flat args, the args' tree spec), as torch's vmap reads them."""
+    from torch._functorch.vmap import _process_batched_inputs
+    return _process_batched_inputs(in_dims, args, func)
+
+
+def unflatten(leaves: list, spec):
+    from torch.utils._pytree import tree_unflatten
+    return tree_unflatten(leaves, spec)
+
+
+def stack_outputs(outs: list, out_dims):
+    """Per-sample outputs stacked as vmap returns them (``out_dims``: an int, None, or a tree)."""
+    from torch._functorch.vmap import _broadcast_to_and_flatten
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    flats = [tree_flatten(o) for o in outs]
+    spec = flats[0][1]
+    dims = _broadcast_to_and_flatten(out_dims, spec)
+    if dims is None:
+        raise ValueError(f"out_dims {out_dims!r} does not match the outputs")
+    stacked = [leaves[0] if d is None else torch.stack(list(leaves), dim=d)
+               for d, leaves in zip(dims, zip(*(f[0] for f in flats)))]
+    return tree_unflatten(stacked, spec)

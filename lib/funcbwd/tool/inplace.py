@@ -77,8 +77,14 @@ _IOPS = {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "_
 #: under a transform torch returns a wrapper of the caller's tensor, which stands for it
 _NO_OP_CONVERSIONS = {"to", "type", "type_as", "contiguous", "float", "double", "cpu"}
 
+#: trailing-underscore methods that change no tensor data
+_NOT_WRITES = {"requires_grad_", "retain_grad_", "share_memory_", "detach_", "set_", "resize_",
+               "rename_", "refine_names_"}
+
+
 def _inplace(name: str) -> bool:
-    return name in _IOPS or (name.endswith("_") and not name.startswith("_"))
+    return name in _IOPS or (name.endswith("_") and not name.startswith("_")
+                             and name not in _NOT_WRITES)
 
 
 class _Node:
@@ -103,8 +109,11 @@ class _Node:
 class InplaceMode(MaskRules, TorchFunctionMode):
     """See the module docstring. One instance per call of the function it runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, isolated: bool = False) -> None:
+        """``isolated``: refuse any in-place write into a tensor not made in the call (the
+        per-sample loop's mode: one entry must not see another's writes)."""
         super().__init__()
+        self.isolated = isolated
         self.nodes: dict[int, _Node] = {}
         self.selections: dict[int, tuple[weakref.ref, tuple]] = {}  # id(dense) -> (mask, rest)
         self.promoted = 0
@@ -249,6 +258,8 @@ class InplaceMode(MaskRules, TorchFunctionMode):
             masked = self._masked_getitem(args[0], args[1])
             if masked is not None:
                 return masked
+        if self.isolated and (_inplace(name) or isinstance(kwargs.get("out"), torch.Tensor)):
+            self._refuse_shared_write(args[0] if _inplace(name) else kwargs["out"])
         if _inplace(name) and args:
             self._maybe_promote(args[0], _tensors((args[1:], kwargs)))
         elif isinstance(kwargs.get("out"), torch.Tensor) and internals.vmap_active():
@@ -294,6 +305,13 @@ class InplaceMode(MaskRules, TorchFunctionMode):
                 self.caller_aliases[id(out)] = weakref.ref(out)
             return
         self._remember(out, _Node(out, None, None))
+
+    def _refuse_shared_write(self, target: Any) -> None:
+        if isinstance(target, torch.Tensor) and self._node(target) is None:
+            raise InplaceModeError(
+                f"an in-place write into a tensor not made in the call (shape "
+                f"{tuple(target.shape)}, at {_user_line()}): run once per batch entry, each entry "
+                "would see the writes of the entries before it")
 
     def _data(self, t: torch.Tensor) -> torch.Tensor:
         """``t.data`` under vmap: ``t.detach()`` (the same storage, no autograd history), tracked

@@ -25,8 +25,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import threading
+import warnings
 from typing import Any, Callable, Iterator
 
 import torch
@@ -36,7 +38,7 @@ from funcbwd.errors import FuncbwdError, first_line
 from funcbwd.tool.inplace import InplaceMode
 from funcbwd.tool.oldstyle import functions_converted, mode_active
 
-__all__ = ["vmap", "allow_inplace", "fixable", "run_inplace"]
+__all__ = ["vmap", "allow_inplace", "fixable", "run_inplace", "PerSampleLoopWarning"]
 
 #: messages of the errors in-place code raises under torch.func (and nothing else)
 _FIXABLE = (
@@ -44,6 +46,8 @@ _FIXABLE = (
     "would mutate a captured Tensor",           # grad transforms: a caller's tensor written
     "operators that can support dynamic shape", # t[mask] = v with a batched mask
     "operators that can output dynamic shape",  # x[mask] (nonzero) with a batched mask
+    "calling .item() on a Tensor",              # a per-sample value read: the per-sample loop
+    "data-dependent control flow",              # a branch on a per-sample value: the loop
     "must override the setup_context",          # an old-style autograd.Function
     "is a view and is being modified inplace",  # unbind/split views written
     "do not allow the output views to be modified inplace",
@@ -84,6 +88,23 @@ def run_inplace(call: Callable[[], Any]) -> Any:
 _RETRYING: contextvars.ContextVar[bool] = contextvars.ContextVar("funcbwd_retrying", default=False)
 
 
+@dataclasses.dataclass
+class _Call:
+    """One vmap call: torch's ``vmap_impl`` and its arguments, for any function."""
+
+    impl: Callable[..., Any]
+    in_dims: Any
+    out_dims: Any
+    randomness: str
+    chunk_size: int | None
+    args: tuple
+    kwargs: dict
+
+    def run(self, f: Any) -> Any:
+        return self.impl(f, self.in_dims, self.out_dims, self.randomness, self.chunk_size,
+                         *self.args, **self.kwargs)
+
+
 class _Retry:
     """The plain attempt, the retries and the memory of what worked, for one vmap'd function."""
 
@@ -113,24 +134,24 @@ class _Retry:
                 cls._worked.popitem(last=False)
 
     @classmethod
-    def call(cls, func: Callable[..., Any], make_run: Callable[[Any], Callable[[], Any]],
-             args: tuple, kwargs: dict, randomness: str = "error") -> Any:
-        """``make_run(f)()`` runs torch's vmap of ``f`` on the call's arguments."""
+    def call(cls, func: Callable[..., Any], call: _Call) -> Any:
+        """``call.run(func)`` (torch's vmap), then the stages if it raised a fixable error."""
         if mode_active() or _RETRYING.get():
-            return make_run(func)()  # inside a retry: inner vmaps run as the retry runs them
+            return call.run(func)  # inside a retry: inner vmaps run as the retry runs them
+        args, kwargs, randomness = call.args, call.kwargs, call.randomness
         flat = _leaves(args, kwargs)
         key = cls._key(func, _signature(flat))
         how = cls._worked.get(key)
         if how is not None:  # what worked last time; if it no longer does, start over
             try:
-                return _STAGES[how](func, make_run)
+                return _STAGES[how](func, call)
             except Exception:  # noqa: BLE001
                 cls._remember(key, None)
         # under randomness="error" a random op raises: no random state to put back
         rng = torch.get_rng_state() if randomness != "error" else None
         versions = [(a, a._version) for a in flat if isinstance(a, torch.Tensor)]
         try:
-            return make_run(func)()
+            return call.run(func)
         except Exception as plain:  # noqa: BLE001 - only fixable errors are retried
             if not fixable(plain):
                 raise
@@ -145,7 +166,7 @@ class _Retry:
                     torch.set_rng_state(rng)
                 token = _RETRYING.set(True)
                 try:
-                    out = stage(func, make_run)
+                    out = stage(func, call)
                 except Exception as e:  # noqa: BLE001 - torch's own error, ours noted
                     failures.append(f"{how}: {type(e).__name__}: {first_line(str(e), 120)}")
                     continue
@@ -157,18 +178,54 @@ class _Retry:
             raise plain from None
 
 
-def _mode_stage(func: Any, make_run: Callable[[Any], Callable[[], Any]]) -> Any:
-    return run_inplace(make_run(func))
+def _mode_stage(func: Any, call: _Call) -> Any:
+    return run_inplace(lambda: call.run(func))
 
 
-def _functionalized_stage(func: Any, make_run: Callable[[Any], Callable[[], Any]]) -> Any:
+def _functionalized_stage(func: Any, call: _Call) -> Any:
     from funcbwd.tool.functionalized import functionalized
 
-    return make_run(functionalized(func, warn=False))()
+    return call.run(functionalized(func, warn=False))
 
 
-#: what is tried, in order, after torch's own vmap raised an in-place error
-_STAGES = {"in-place mode": _mode_stage, "functionalized": _functionalized_stage}
+class PerSampleLoopWarning(UserWarning):
+    """funcbwd.vmap ran a function once per batch entry (slow): nothing batched could run it."""
+
+
+#: how many times the per-sample loop stage ran (the corpus counts its fixes apart)
+LOOP_RUNS = [0]
+_LOOP_WARNED: set = set()
+
+
+def _loop_stage(func: Any, call: _Call) -> Any:
+    """The last resort: ``func`` once per batch entry, outputs stacked at ``out_dims``: what vmap
+    computes, at the cost of a Python loop. Code that reads a per-sample value (``.item()``,
+    ``if t.any():``) runs this way. ``randomness="same"``: every entry draws from the same random
+    state. Each entry runs under an isolated :class:`InplaceMode`: a write into a tensor not made
+    in the call (a module's buffer, an argument) is refused, since the entries after it would see
+    it (vmap's entries never see each other's)."""
+    size, dims, flat, spec = internals.vmap_inputs(call.in_dims, call.args, func)
+    rng = torch.get_rng_state() if call.randomness == "same" else None
+    outs = []
+    for i in range(size):
+        if rng is not None:
+            torch.set_rng_state(rng)
+        sample = [a.select(d, i) if d is not None else a for a, d in zip(flat, dims)]
+        with functions_converted(), InplaceMode(isolated=True):
+            outs.append(func(*internals.unflatten(sample, spec), **call.kwargs))
+    LOOP_RUNS[0] += 1
+    key = getattr(func, "__code__", id(func))
+    if key not in _LOOP_WARNED:
+        _LOOP_WARNED.add(key)
+        warnings.warn(f"funcbwd.vmap ran {getattr(func, '__name__', 'the function')} once per "
+                      f"batch entry ({size} calls): no batched run worked (see the error torch "
+                      "raised for the batched run)", PerSampleLoopWarning, stacklevel=4)
+    return internals.stack_outputs(outs, call.out_dims)
+
+
+#: what is tried, in order, after torch's own vmap raised an error in-place code causes
+_STAGES = {"in-place mode": _mode_stage, "functionalized": _functionalized_stage,
+           "per-sample loop": _loop_stage}
 
 
 def vmap(func: Callable[..., Any], in_dims: Any = 0, out_dims: Any = 0,
@@ -178,18 +235,16 @@ def vmap(func: Callable[..., Any], in_dims: Any = 0, out_dims: Any = 0,
 
     @functools.wraps(func)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        return _Retry.call(func, lambda f: lambda: impl(f, in_dims, out_dims, randomness,
-                                                        chunk_size, *args, **kwargs), args, kwargs,
-                           randomness)
+        return _Retry.call(func, _Call(impl, in_dims, out_dims, randomness, chunk_size, args,
+                                       kwargs))
 
     return wrapped
 
 
 def _retrying(original: Callable[..., Any]) -> Callable[..., Any]:
     def vmap_impl(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs):
-        return _Retry.call(func, lambda f: lambda: original(f, in_dims, out_dims, randomness,
-                                                            chunk_size, *args, **kwargs),
-                           args, kwargs, randomness)
+        return _Retry.call(func, _Call(original, in_dims, out_dims, randomness, chunk_size, args,
+                                       kwargs))
 
     return vmap_impl
 

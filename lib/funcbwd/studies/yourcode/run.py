@@ -43,7 +43,7 @@ def _key(r: dict) -> tuple:
 def run(names: list[str], mechanisms: list[str], previous: list[dict] | None = None,
         progress: Progress | None = None) -> list[dict]:
     from funcbwd.studies.yourcode.cases import CASES
-    from funcbwd.studies.yourcode.mechanisms import error_class, run as run_mechanism
+    from funcbwd.studies.yourcode.mechanisms import LOOPED, error_class, run as run_mechanism
 
     done = {_key(r): r for r in previous or []}
     cells = [(n, t, m) for n in names for t in TRANSFORMS for m in mechanisms]
@@ -64,7 +64,7 @@ def run(names: list[str], mechanisms: list[str], previous: list[dict] | None = N
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 verdict, detail = run_mechanism(m, case, t)
-            detail = detail if verdict != "ok" else ""
+            detail = detail if verdict != "ok" or detail == LOOPED else ""
         out.append({"case": n, "transform": t, "mechanism": m, "verdict": verdict,
                     "detail": detail[:300],
                     "error": error_class(detail) if verdict == "fail" else None,
@@ -105,8 +105,9 @@ def summarize(data: dict) -> dict[str, Any]:
                 row = by_class.setdefault(cls, [0, 0])
                 row[1] += 1
                 row[0] += (n, t) in fixed
+        looped = sorted(k for k in fixed if mine[k].get("detail") == "via the per-sample loop")
         out["mechanisms"][m] = {
-            "applicable": len(applicable), "fixed": len(fixed),
+            "applicable": len(applicable), "fixed": len(fixed), "looped": looped,
             "still_failing": sorted(k for k in applicable if k not in fixed),
             "regressions": regress, "wrong": wrong, "by_class": by_class}
     return out
