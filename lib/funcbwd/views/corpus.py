@@ -115,8 +115,7 @@ def summary_markdown(data: dict) -> str:
         "by running the function once per batch entry, warned), breaks "
         f"{len(mode['regressions']) or 'none'} of the {s['plain_ok']} that work and gives "
         f"{len(mode['wrong']) or 'no'} wrong answer{'s' if len(mode['wrong']) != 1 else ''}; "
-        "where it still fails, what no mechanism here can do (read a per-sample value) and what "
-        "it does not do yet: [docs/your-code.md](docs/your-code.md), with "
+        "where it still fails and why: [docs/your-code.md](docs/your-code.md), with "
         "`@funcbwd.functionalized` (a traced graph of your function) and "
         "`python -m funcbwd doctor` (which in-place call breaks which transform)."))
 
