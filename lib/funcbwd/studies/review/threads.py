@@ -42,7 +42,7 @@ def call(st: Any, i: int) -> torch.Tensor:
     (odd ``i``: no transform, the formula runs as written)."""
     from torch.func import vjp, vmap
 
-    from funcbwd import legacy
+    from funcbwd.ops import legacy_ops as legacy
 
     op, args = _inputs(i)
     fn = legacy.function_for(op, st)
