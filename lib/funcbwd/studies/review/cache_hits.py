@@ -54,9 +54,9 @@ def _loop(name: str) -> tuple[Any, Callable[..., Any], list[tuple]]:
     """(the wrapper, the transformed call, its argument tuples in order) of one loop sequence."""
     from torch.func import grad, vmap
 
-    import funcbwd
+    from funcbwd.tool.functionalized import functionalized
 
-    f = funcbwd.functionalized(_row_write, warn=False)
+    f = functionalized(_row_write, warn=False)
     w = torch.randn(6, 2, generator=torch.Generator().manual_seed(0))
     gen = torch.Generator().manual_seed(1)
     sizes = _batches()
@@ -102,14 +102,14 @@ def run_loop(name: str) -> dict[str, Any]:
 
 def run_case(case: Any, transform: str) -> dict[str, Any]:
     """One corpus case decorated once and called :data:`CORPUS_CALLS` times under ``transform``."""
-    import funcbwd
+    from funcbwd.tool.functionalized import functionalized
     from funcbwd.errors import first_line
     from funcbwd.studies.yourcode import transforms as T
 
     wrappers: list[Any] = []
 
     def decorate(obj: Any) -> Any:
-        w = funcbwd.functionalized(obj, warn=False)
+        w = functionalized(obj, warn=False)
         wrappers.append(w)
         return w
 
