@@ -79,3 +79,15 @@ def test_a_trace_while_dynamo_traces_is_refused(monkeypatch):
     with pytest.raises(FuncbwdError, match="torch.compile is tracing"):
         vmap(jacrev(f))(torch.randn(3, 4))
     assert f.cache_info().currsize == 0
+
+
+def test_saved_compile_evidence_says_works_and_caches_a_graph():
+    from pathlib import Path
+
+    from funcbwd.studies.review import compile_tool
+
+    saved = compile_tool.load(Path(__file__).resolve().parents[1] / "data")
+    assert saved is not None and set(saved["backends"]) == set(compile_tool.BACKENDS)
+    for b in saved["backends"].values():
+        assert b["compiled"] == "works" and b["equals_eager"]
+        assert b["cache_after_compile"] == ["FormulaGraph"]
