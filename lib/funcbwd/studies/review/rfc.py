@@ -112,6 +112,9 @@ def load(data_dir: str | Path) -> dict[str, Any]:
     out["compiled"] = (json.loads((d / COMPILED_FILE).read_text())
                        if (d / COMPILED_FILE).exists() else None)
     out["coverage"] = _coverage(d / COVERAGE_FILE)
+    from funcbwd.studies.review import objections
+
+    out["objections"] = objections.load(d, evidence, out["coverage"])
     return out
 
 
@@ -165,8 +168,11 @@ def _tests_section(coverage: Mapping[str, Any] | None, pick: str) -> list[str]:
     out += _p(f"Of {r['entries']} upstream entries (test/functorch/test_ops.py at "
               f"{UPSTREAM['test/functorch/test_ops.py'][0][:10]}; verdicts on torch {r['torch']}: "
               + ", ".join(f"{k} {n}" for k, n in sorted(r["counts"].items())) + "), "
-              f"`{r['strategy']}` fixes {len(r['fixed'])} (verdict \"fixed\": an in-place failure "
-              "it passes with its mechanism ran and no regression on the op); the PR removes them:")
+              f"`{r['strategy']}` fixes {len(r['fixed'])} (verdict \"fixed\": a failing entry it "
+              "passes with its mechanism ran and no regression on the op); "
+              f"{sum(v['test'].endswith('_has_batch_rule') for v in r['fixed'])} of them are "
+              "`_has_batch_rule` entries, where builtin is already correct and the failure is its "
+              "slow fallback: speed, not in-place fixes (objection 1). The PR removes them:")
     out += [_bullet(f"`{v['test']}` {v['op']}{'.' + v['variant'] if v['variant'] else ''} "
                     f"({v['kind']}, line {v['source'].rsplit(' ', 1)[-1]}; fixed by "
                     f"{', '.join(v['fixed_by'])})") for v in r["fixed"]] or ["- none"]
@@ -282,7 +288,11 @@ def document(inputs: Mapping[str, Any], width: int = WIDTH) -> str:
               "regenerate, do not edit. tests/test_rfc.py checks this file against a fresh "
               "generation._", width)
     out += ["## Summary", ""]
-    out += [_bullet(s, width) for s in d.sentences] + [""]
+    out += [_bullet(s, width) for s in d.sentences]
+    out += [_bullet("The design review's ten objections, each with its answer and evidence: "
+                    "[the ten objections](#the-ten-objections); the small PRs the evidence supports "
+                    "without the large change: [small PRs](#small-prs-the-evidence-supports-today)"
+                    ".", width), ""]
     out += _p("Prototype in this repository: `funcbwd.functionalized` (lib/funcbwd/tool/), the copy "
               "elision lib/funcbwd/fx/elide.py, the strategy lib/funcbwd/strategies/traced.py; "
               "history of the question: functorch#241, pytorch#69534 (isTensorSubclassLike), "
@@ -297,11 +307,12 @@ def document(inputs: Mapping[str, Any], width: int = WIDTH) -> str:
         cite = f" (pytorch/pytorch@{UPSTREAM[key][0][:10]}: {UPSTREAM[key][1]})" if key in UPSTREAM else ""
         out.append(_bullet(f"`{path}`{cite}: {what}.", width))
     out += [""]
-    out += _p("Open question for the PR: core has no C++ recorder of ATen calls outside "
-              "TorchScript's tracer (torch/csrc/jit/frontend/tracer.cpp); the prototype records "
-              "with make_fx (torch/fx/experimental/proxy_tensor.py) from Python. A C++ recorder on "
-              "the Functionalize key's output, or graphs generated at build time, are the two "
-              "ways to keep the trace out of Python.", width)
+    out += _p("Open question for the PR: the prototype records with make_fx "
+              "(torch/fx/experimental/proxy_tensor.py) from Python. In C++, compiled autograd's "
+              "per-node `apply_with_saved` (which traces a node's formula into FX) and "
+              "`compiled_args` (a per-node key) are an existing recorder and key (objection 5); "
+              "a recorder on the Functionalize key's output, or graphs generated at build time, "
+              "are the alternatives.", width)
     out += _tests_section(inputs.get("coverage"), pick)
     out += _deletes_section(inputs.get("live"), pick)
     out += _cost_section(inputs, pick)
@@ -311,6 +322,11 @@ def document(inputs: Mapping[str, Any], width: int = WIDTH) -> str:
                     width) for u in d.unsolved] or ["- nothing the matrix found"]
     out += [""]
     out += _compiled_section(inputs.get("compiled"))
+    if inputs.get("objections") is not None:
+        from funcbwd.studies.review import objections
+
+        out += objections.sections(inputs["objections"], pick, retired(inputs.get("coverage"), pick),
+                                   deleted(inputs.get("live"), pick))
     out += ["## Upstream files cited", ""]
     out += [_bullet(f"`{p}` at {c[:12]}: {w}", width) for p, (c, w) in UPSTREAM.items() if c]
     text = "\n".join(out).rstrip() + "\n"
