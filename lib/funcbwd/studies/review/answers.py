@@ -41,7 +41,7 @@ TITLES = (
     (2, "tensor subclasses, meta, modes", "Tensor subclasses, meta tensors and dispatch modes"),
     (3, "torch.compile around the mechanism", "torch.compile around the mechanism"),
     (4, "the pick rests on aten::copy", "The pick rests on one missing batching rule"),
-    (5, "compiled autograd not compared", "Compiled autograd is not compared"),
+    (5, "compiled autograd", "Compiled autograd is not compared"),
     (6, "what it breaks, what is unknown", "What it breaks and what is unknown"),
     (7, "cache keys in practice", "Cache keys in practice"),
     (8, "C++ cost from noise", "The C++ cost in instructions"),
@@ -199,22 +199,35 @@ def four(inputs: Mapping[str, Any], pick: str) -> tuple[str, list[str]]:
     return "holds: tie with per_formula", out
 
 
-def five() -> tuple[str, list[str]]:
+def five(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
+    ca = inputs.get("compiled_autograd")
+    known = (
+        "From torch 2.13's sources: every generated Node has `compiled_args(CompiledNodeArgs&)` "
+        "(a per-node cache key over its saved sizes and scalars) and `apply_with_saved(...)`, "
+        "through which compiled autograd traces the node's formula into FX with symbolic saved "
+        "sizes: an existing C++ recorder of a node's ATen calls, which the RFC's open question "
+        "said core lacks. ")
+    if ca is None:
+        return "unknown", para(known + "**Unknown, because** data/review-compiled-autograd.json "
+                               "is not there.")
+    calls = ca["calls"]
+    under = [n for n in calls if n != "backward"]
     out = para(
-        "**Unknown, because** not measured in this round. What is known from torch 2.13's "
-        "sources: every generated Node has `compiled_args(CompiledNodeArgs&)` (a per-node cache "
-        "key over its saved sizes and scalars) and `apply_with_saved(...)`, through which "
-        "compiled autograd traces the node's formula into FX with symbolic saved sizes: an "
-        "existing C++ recorder of a node's ATen calls, which the RFC's open question said core "
-        "lacks. Built on it, the mechanism would be: trace each node once via "
+        known + "Measured (funcbwd.studies.review.compiled_autograd, compiled autograd enabled "
+        "with the eager backend): a plain `.backward()` is captured "
+        f"{calls['backward']['captures']} time(s); under torch.func it is not used at all: "
+        + ", ".join(f"`{n}` {calls[n]['captures']} captures" for n in under)
+        + ". The legacy diag formula under `vmap` over a vjp's cotangents fails the same way "
+        f"with it as without it ({calls['vmap_vjp_legacy_diag']['compiled_autograd']}).")
+    out += para(
+        "So compiled autograd fixes nothing for vmap today: torch.func's backward passes bypass "
+        "it. Built on its per-node parts, the mechanism would be: trace each node once via "
         "`apply_with_saved` under a proxy mode, functionalize the FX graph (AOTAutograd's pass), "
-        "elide copies, cache by `compiled_args`' key. Fixes: the recorder question and symbolic "
-        "keys (objection 7) come with it. Costs: compiled autograd today traces a whole backward "
-        "through dynamo (seconds on the first call) and is not wired into functorch's "
-        "transforms; using it per node without dynamo is new work. Whether "
-        "`apply_with_saved` records the in-place fast path a formula takes (it should: it runs "
-        "the same C++) is the first thing to check.")
-    return "unknown: sketched", out
+        "elide copies, cache by `compiled_args`' key; that answers the recorder question and "
+        "gives symbolic keys (objection 7). What it would cost (wiring it into functorch's "
+        "transforms, per node and without dynamo) is **unknown, because** no such prototype was "
+        "built in this round.")
+    return "bypassed by torch.func", out
 
 
 def six(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:

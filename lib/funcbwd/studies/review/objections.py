@@ -27,14 +27,15 @@ from funcbwd.studies.review.prs_users import CORPUS_FILE
 def load(data_dir: str | Path, evidence: Any, coverage: Mapping[str, Any] | None) -> dict[str, Any]:
     """Every saved input of the answers (a missing file is None); ``coverage``: the OpInfo
     sweep's document (read once by the RFC), summarized by :func:`sweep_facts`."""
-    from funcbwd.studies.review import (cache_hits, callgrind, compile_tool, copy_scenario,
-                                        subclass, threads)
+    from funcbwd.studies.review import (cache_hits, callgrind, compile_tool, compiled_autograd,
+                                        copy_scenario, subclass, threads)
 
     d = Path(data_dir)
     corpus = d / CORPUS_FILE
     return {"subclass": subclass.load(d), "threads": threads.load(d),
             "cache_hits": cache_hits.load(d), "compile": compile_tool.load(d),
-            "callgrind": callgrind.load(d), "copy_scenario": copy_scenario.load(d, evidence),
+            "callgrind": callgrind.load(d), "compiled_autograd": compiled_autograd.load(d),
+            "copy_scenario": copy_scenario.load(d, evidence),
             "corpus": json.loads(corpus.read_text()) if corpus.exists() else None,
             "sweep": sweep_facts(coverage)}
 
@@ -82,11 +83,12 @@ def sections(inputs: Mapping[str, Any], pick: str, retired: Mapping[str, Any],
     """The table, the ten answers, the small PRs and the users' section (Markdown lines)."""
     answers: list[tuple[str, list[str]]] = [
         A.one(inputs, pick, retired, deleted), A.two(inputs), A.three(inputs),
-        A.four(inputs, pick), A.five(), A.six(inputs), A.seven(inputs), A.eight(inputs),
+        A.four(inputs, pick), A.five(inputs), A.six(inputs), A.seven(inputs), A.eight(inputs),
         A.nine(inputs), A.ten(inputs, deleted)]
     evidence = {1: "data/coverage.json.gz", 2: "data/review-subclass.json",
                 3: "data/review-compile.json", 4: "data/matrix-test-ops.json",
-                5: None, 6: "data/coverage.json.gz", 7: "data/review-cache-hits.json",
+                5: "data/review-compiled-autograd.json" if inputs.get("compiled_autograd") else None,
+                6: "data/coverage.json.gz", 7: "data/review-cache-hits.json",
                 8: "data/review-callgrind.json" if inputs["callgrind"] else None,
                 9: "data/review-threads.json", 10: "data/coverage.json.gz"}
     out = ["## The ten objections", ""]
