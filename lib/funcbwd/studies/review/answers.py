@@ -243,16 +243,31 @@ def six(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
     out = para(
         f"What `{SWEEP_STRATEGY}` breaks against builtin: {own['regressions']} cells ({regress}). "
         f"All regressions of the sweep by cause: {causes}.")
+    rr = inputs.get("budget_rerun")
+    if rr is None:
+        rerun = ("They were not re-run (**unknown, because** data/review-budget-rerun.json is not "
+                 "there).")
+    else:
+        st = rr["status"]
+        slow = [r for r in rr["rows"] if r["status"] == "pass"]
+        left = [r for r in rr["rows"] if r["status"] != "pass"]
+        rerun = (
+            f"Re-run with {rr['budget_s']:.0f} s per cell on an even sample of {rr['sampled']} of "
+            f"them (funcbwd.studies.review.budget_rerun): {st.get('pass', 0)} pass, "
+            f"{st.get('timeout', 0)} still out of budget, {st.get('fail', 0) + st.get('mismatch', 0)} "
+            f"fail or mismatch; the passes took {min(r['seconds'] for r in slow):.0f} to "
+            f"{max(r['seconds'] for r in slow):.0f} s against builtin's "
+            f"{num(inputs['sweep']['budget_builtin_median_s'])} s median: slow (a trace per in_dims "
+            "choice), not wrong" + (", and " + ", ".join(
+                f"`{r['cell'][0]}` {r['cell'][3]} ({r['message']})" for r in left) if left else "")
+            + f". The other {budget - rr['sampled']} remain **unknown, because** re-running them "
+            "all is hours of one core.")
     out += para(
         f"What is unknown: {budget} cells where builtin passes and `{SWEEP_STRATEGY}` spent the "
         f"sweep's {BUDGET_S:.0f} s budget ("
         + ", ".join(f"{comp} {n}" for comp, n in sorted(sw["budget"].items()))
         + f"; builtin's median there {num(sw['budget_builtin_median_s'])} s, max "
-        f"{num(sw['budget_builtin_max_s'])} s): neither pass nor failure. They were not re-run in "
-        "this round (**unknown, because** the deep pass re-runs only the in-place cells, at up "
-        f"to {DEEP_BUDGET_S:.0f} s each; re-running these is hours of one core). Most are the "
-        "first-call trace of every in_dims choice, which a cache amortizes in use, but a budget "
-        "spent is not a pass.")
+        f"{num(sw['budget_builtin_max_s'])} s): neither pass nor failure. " + rerun)
     out += para(
         "The in-place cells (builtin fails with vmap's in-place error), fixed / not fixed / out "
         "of budget: " + "; ".join(
