@@ -317,7 +317,7 @@ def eight(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
     if cg is None:
         return "unknown", para(
             "**Unknown, because** the callgrind run (funcbwd.studies.review.callgrind, valgrind "
-            "3.19 is installed) had not finished in this round; the wall-time figure below stays "
+            "3.19 is installed) had not finished in this round; the wall-time figure above stays "
             "\"not resolved\".")
     i = cg["instructions_per_call"]
     out = para(
@@ -329,7 +329,7 @@ def eight(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
         "overhead). A C++ prologue pays the thread-local read of `maybeCurrentDynamicLayer()` "
         "instead: tens of instructions, **not measured**, because no C++ build was made. Graph "
         "replay per node in C++ is **unknown, because** no C++ replay exists; the Python replay's "
-        "cost is the bench figure below.")
+        "cost is the bench figures above (What it costs).")
     return "counted", out
 
 
