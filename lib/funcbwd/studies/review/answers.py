@@ -171,7 +171,8 @@ def four(inputs: Mapping[str, Any], pick: str) -> tuple[str, list[str]]:
         "Scenario: core adds `aten::copy`'s batching rule, derivative and forward-AD formula (the "
         "batching rule is prototyped in Python, scoped: lib/funcbwd/batching/copy.py). Re-ranked "
         "from the saved matrix (funcbwd.studies.review.copy_scenario; a passing sample whose only "
-        "slow fallback is `aten::copy` counts as passing without fallback; costs and probes kept):")
+        "slow fallback is `aten::copy` counts as passing without fallback; per_formula's "
+        "cost from the bench with the copy rule active, the other costs and the probes kept):")
     out += ["| candidate | passes | without slow fallback, today | with copy's rules | fixes |",
             "|---|---|---|---|---|"]
     for cand in today:
@@ -195,7 +196,9 @@ def four(inputs: Mapping[str, Any], pick: str) -> tuple[str, list[str]]:
         + f"the decision picks `{sc['picks']['copy_failures_fail']}`. per_formula's cost is "
         "functionalizing at call time, not copy's fallback: it is as slow on ops without a "
         "`copy_`. A C++ batching rule would be faster than the Python one, but the gap is the "
-        f"per-call functionalization. {len(sc['copy_failing_cells'])} matrix cells fail on "
+        "per-call functionalization, which here runs torch.func.functionalize's Python wrapping; "
+        "how much of it a C++ per-formula functionalization would keep is **unknown, because** "
+        f"none was built. {len(sc['copy_failing_cells'])} matrix cells fail on "
         "copy's missing derivative; in the OpInfo sweep the copy_has_no_* regressions of "
         "`whole`/`hooks` (objection 6) are what the scenario removes. So: land copy's three rules "
         "now (a small PR, below: it fixes pytorch#103329 and those regressions for everyone); "
