@@ -36,3 +36,27 @@ def test_a_changing_float_misses_every_call_and_a_tensor_scalar_once(saved):
 
 def test_corpus_summary_is_recomputed_from_its_rows(saved):
     assert cache_hits.summarize_corpus(saved["corpus"]) == saved["corpus_summary"]
+
+
+def test_bounded_caches_change_no_result_of_the_traced_evidence():
+    """The traced column re-run with the bounded default and with maxsize=1 (eviction on nearly
+    every call) equals the saved unbounded run; a fresh maxsize=1 run of diag agrees."""
+    import json
+
+    from funcbwd.studies.matrix import matrix
+    from funcbwd.studies.matrix.records import stable_records
+    from funcbwd.studies.review import cache_bound
+
+    saved = cache_bound.load(DATA)
+    assert saved is not None and saved["schema"] == cache_bound.SCHEMA
+    assert all(r["differ_from_unbounded"] == [] for r in saved["runs"].values())
+    assert saved["runs"]["1"]["traces"] > saved["runs"]["None"]["traces"]
+    assert saved["runs"]["256"]["largest_cache"] < 256
+    want = {(r["sample"], r["scenario"]): r["status"]
+            for r in json.loads((DATA / cache_bound.MATRIX_FILE).read_text())
+            if r["strategy"] == "traced" and r["op"] == "diag"}
+    with cache_bound.traced_maxsize(1) as built:
+        got = {(r["sample"], r["scenario"]): r["status"] for r in
+               stable_records(matrix.run_matrix(ops=["diag"], strategies=["traced"]))}
+    assert got == want
+    assert built and max(w.cache_info().currsize for w in built) == 1

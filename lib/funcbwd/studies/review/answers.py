@@ -304,6 +304,19 @@ def seven(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
         out.append(f"| corpus under `{t}` ({r['all_calls_ok']} cases whose every call works) | - "
                    f"| {r['hits']} | {r['misses']} | {r['hit_rate']:.0%} |")
     out.append("")
+    cb = inputs.get("cache_bound")
+    if cb is not None:
+        runs = cb["runs"]
+        out += para(
+            "The evidence with the bounded default (funcbwd.studies.review.cache_bound: the "
+            "`traced` column of the matrix re-run, every sample): "
+            + "; ".join(f"maxsize {k}: {r['traces']} traces, {r['hits']} hits, largest cache "
+                        f"{r['largest_cache']}, {len(r['differ_from_unbounded'])} of "
+                        f"{r['sample_runs']} sample runs differ from the saved unbounded run"
+                        for k, r in runs.items())
+            + ". The default never evicts on the evidence (its largest cache is far below the "
+            "bound); `maxsize=1`, which evicts on nearly every new signature, traces more and "
+            "changes no result.")
     fl, ts = ch["loops"]["float_scalar_per_step"], ch["loops"]["tensor_scalar_per_step"]
     out += para(
         "The objection holds for Python scalars: a float that changes every step misses on "

@@ -27,13 +27,14 @@ from funcbwd.studies.review.prs_users import CORPUS_FILE
 def load(data_dir: str | Path, evidence: Any, coverage: Mapping[str, Any] | None) -> dict[str, Any]:
     """Every saved input of the answers (a missing file is None); ``coverage``: the OpInfo
     sweep's document (read once by the RFC), summarized by :func:`sweep_facts`."""
-    from funcbwd.studies.review import (budget_rerun, cache_hits, callgrind, compile_tool,
-                                        compiled_autograd, copy_scenario, subclass, threads)
+    from funcbwd.studies.review import (budget_rerun, cache_bound, cache_hits, callgrind,
+                                        compile_tool, compiled_autograd, copy_scenario, subclass,
+                                        threads)
 
     d = Path(data_dir)
     corpus = d / CORPUS_FILE
     return {"subclass": subclass.load(d), "threads": threads.load(d),
-            "cache_hits": cache_hits.load(d), "compile": compile_tool.load(d),
+            "cache_hits": cache_hits.load(d), "cache_bound": cache_bound.load(d), "compile": compile_tool.load(d),
             "callgrind": callgrind.load(d), "compiled_autograd": compiled_autograd.load(d),
             "copy_scenario": copy_scenario.load(d, evidence), "budget_rerun": budget_rerun.load(d),
             "corpus": json.loads(corpus.read_text()) if corpus.exists() else None,
