@@ -5,6 +5,8 @@ call-time fallback for untraceable code (the contract: :mod:`funcbwd.tool.functi
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import threading
 import warnings
 from typing import Any, Callable, Hashable
@@ -117,7 +119,7 @@ class Functionalizer:
             self._warned.set()
             warnings.warn(f"funcbwd.functionalized({self.name}) cannot be traced ({entry.reason}); "
                           "it runs functionalized at call time under vmap (slower: no cache, no "
-                          "copy elision)", FunctionalizeFallbackWarning, stacklevel=4)
+                          "copy elision)", FunctionalizeFallbackWarning, stacklevel=_wrapper_level())
         if not internals.vmap_active():
             return formula(*args)  # eager in-place is differentiable without a vmap level
         try:
@@ -134,6 +136,19 @@ class Functionalizer:
                 f"{first_line(str(functionalized_error), 120)}; as written, {first_line(str(e), 120)}"
                 ". Make it traceable (no .item(), no value-dependent shapes) or write the copy "
                 "out of place") from e
+
+
+def _wrapper_level() -> int:
+    """The ``warnings.warn`` stacklevel (counted from :meth:`Functionalizer.fallback`) of the
+    nearest ``functionalized`` wrapper frame, however many frames lie between (the dynamo-disabled
+    call adds some once torch.compile is imported)."""
+    frame, level = sys._getframe(2), 2  # 1: fallback, 2: its caller
+    while frame is not None and not frame.f_code.co_filename.endswith(_WRAPPER_FILE):
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 4
+
+
+_WRAPPER_FILE = os.path.join("tool", "functionalized.py")
 
 
 def _positional(fn: Callable[..., Any], n: int, names: tuple[str, ...]) -> Callable[..., Any]:
