@@ -71,8 +71,8 @@ def one(inputs: Mapping[str, Any], pick: str, retired: Mapping[str, Any],
         f"{sw['torch']}, every composition) `{SWEEP_STRATEGY}` fixes {own['fixes']} cells and "
         f"{own['inplace_fixes']} in-place failures; `whole` and `hooks` fix "
         f"{per['whole']['inplace_fixes']} and {per['hooks']['inplace_fixes']} in-place "
-        f"failures. Vmap's in-place error remains on {sw['inplace_left']} cells of torch's own "
-        "formulas at all.")
+        f"failures. Vmap's in-place error remains on only {sw['inplace_left']} cells of torch's "
+        "own formulas.")
     out += para(
         "So on current torch the evidence shows no user-visible failure of torch's own formulas "
         "that the mechanism fixes and a batching rule would not: the hand-written branches already "
@@ -221,6 +221,16 @@ def five(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
                                "is not there.")
     calls = ca["calls"]
     under = [n for n in calls if n != "backward"]
+    n = ca.get("nodes") or {}
+    if n:
+        known = (
+            f"In torch {ca['torch']}'s installed headers (generated Functions.h), "
+            f"{n['compiled_args']} of {n['nodes']} backward Node structs declare "
+            "`compiled_args(CompiledNodeArgs&)` (a per-node cache key over saved sizes and "
+            f"scalars) and {n['apply_with_saved']} declare `apply_with_saved(...)`, through which "
+            "compiled autograd traces the node's formula into FX with symbolic saved sizes: an "
+            "existing C++ recorder of a node's ATen calls, which the RFC's open question said core "
+            "lacks. ")
     out = para(
         known + "Measured (funcbwd.studies.review.compiled_autograd, compiled autograd enabled "
         "with the eager backend): a plain `.backward()` is captured "

@@ -67,7 +67,20 @@ def run() -> dict[str, Any]:
                 compiled = _outcome(call, first_line)
             out[name] = {"eager": eager, "compiled_autograd": compiled,
                          "captures": counters["compiled_autograd"]["captures"] - before}
-    return {"schema": SCHEMA, "torch": torch.__version__, "calls": out}
+    return {"schema": SCHEMA, "torch": torch.__version__, "calls": out, "nodes": node_counts()}
+
+
+def node_counts() -> dict[str, int]:
+    """In the installed torch's generated ``Functions.h``: the backward Node structs, and how many
+    declare ``compiled_args`` (the per-node key) and ``apply_with_saved`` (the traced apply)."""
+    header = (Path(torch.__file__).parent / "include" / "torch" / "csrc" / "autograd" / "generated"
+              / "Functions.h")
+    if not header.exists():
+        return {}
+    text = header.read_text()
+    return {"nodes": text.count("\nstruct TORCH_API "),
+            "compiled_args": text.count("void compiled_args(CompiledNodeArgs& args) const override;"),
+            "apply_with_saved": text.count("variable_list apply_with_saved(")}
 
 
 def _outcome(call: Callable[[], Any], first_line: Callable[..., str]) -> str:
