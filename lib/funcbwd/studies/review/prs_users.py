@@ -50,11 +50,6 @@ def prs(inputs: Mapping[str, Any], retired: Mapping[str, Any]) -> list[str]:
         "torch bug: functorch's `dynamicLayerStack.size() >= level` internal assert when dynamo "
         "compiles frames of a make_fx/functionalize trace running under a transform inside "
         "torch.compile (objection 3; tests/test_tool_compile.py reproduces it without the fix)."))
-    sub = inputs["subclass"]
-    if sub is not None:
-        out.append(bullet(
-            "Composite compliance for the re-created legacy forms is a test-only PR: objection 2's "
-            "table is what `CompositeCompliance` would flag today."))
     return out + [""]
 
 
