@@ -98,6 +98,12 @@ def two(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
         c = s.get(which, {}).get(kind, {})
         return ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
 
+    def ran(which: str) -> int:
+        return sum(1 for r in rows if "mode" in r.get(which, {}))
+
+    def seen(which: str) -> int:
+        return sum(1 for r in rows if r.get(which, {}).get("mode", {}).get("inplace_seen", 0) > 0)
+
     out = para(
         f"Measured (funcbwd.studies.review.subclass: {len(rows)} legacy formulas and "
         f"{sum('modern' in r for r in rows)} modern ones, run eagerly outside every transform on "
@@ -105,7 +111,7 @@ def two(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
     out += ["| inputs | legacy (in-place) formulas | modern (out-of-place) formulas |",
             "|---|---|---|"]
     for kind, label in (("two_tensor", "TwoTensor (wrapper subclass)"), ("meta", "meta"),
-                        ("fake", "FakeTensorMode")):
+                        ("fake", "FakeTensorMode"), ("mode", "a pass-through dispatch mode")):
         out.append(f"| {label} | {counts('legacy', kind)} | {counts('modern', kind)} |")
     out.append("")
     out += para(
@@ -116,13 +122,15 @@ def two(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
         "formula does. Meta and fake tensors run both forms except where the formula reads a "
         "value (`.item()`, `nonzero`: the data-dependent controls), so for them the fast path is "
         "fine. The TwoTensor errors are TwoTensor's own stride assertion on an expanded tensor, "
-        "in both forms.")
+        "in both forms. A dispatch mode sees in-place ATen calls in "
+        f"{seen('legacy')} of {ran('legacy')} legacy formulas (and in {seen('modern')} of "
+        f"{ran('modern')} modern ones) and every result is right.")
     out += para(
         "What the trigger must cover: the functorch layer alone is not enough to delete a "
         "branch. The generated prologue must also route Python-key wrapper subclasses (anything "
         "`isTensorSubclassLike` is true for, DTensor and NJT included) to the functionalized "
-        "graph, or those branches stay; meta and fake need nothing. Dispatch modes see the "
-        "legacy in-place ops as they run (not measured beyond FakeTensorMode). The C++ fast paths "
+        "graph, or those branches stay; meta, fake and dispatch modes need nothing for "
+        "correctness (a mode sees the in-place calls, which is its business). The C++ fast paths "
         "themselves never ran under the mechanism: these are the Python re-creations, so the "
         "PR must run composite compliance (test/test_ops.py `test_backward`/`test_forward_ad` "
         "with `CompositeCompliance`) on every deleted branch.")

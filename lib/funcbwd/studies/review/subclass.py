@@ -15,7 +15,10 @@ runs on:
 * ``meta``: every tensor argument on the meta device; correct means meta results of the plain
   result's shapes and dtypes;
 * ``fake``: every tensor argument converted under ``FakeTensorMode`` and the formula run in it;
-  correct means FakeTensors of the plain result's shapes and dtypes.
+  correct means FakeTensors of the plain result's shapes and dtypes;
+* ``mode``: plain tensors, the formula run under a pass-through ``TorchDispatchMode`` (what a
+  profiler or a user's mode sees); correct means plain tensors equal to the plain result. The
+  cell also records how many in-place ATen calls the mode saw (``inplace_seen``).
 
 Each cell records the result's type, whether it is correct, or the error. ``python -m
 funcbwd.studies.review.subclass --out data/review-subclass.json`` writes the table.
@@ -34,7 +37,7 @@ import torch
 
 SCHEMA = "funcbwd-review-subclass/1"
 FILE = "review-subclass.json"
-KINDS = ("two_tensor", "meta", "fake")
+KINDS = ("two_tensor", "meta", "fake", "mode")
 FORMULAS = ("legacy", "modern")
 
 
@@ -77,6 +80,8 @@ def _check(kind: str, out: Any, plain: Any) -> tuple[str, bool]:
         ok = all(isinstance(g, TwoTensor) and _same(g.a, w) and _same(g.b, w)
                  if w.is_floating_point() or w.is_complex() else _same(g, w)
                  for g, w in zip(got, want))
+    elif kind == "mode":
+        ok = all(type(g) is torch.Tensor and _same(g, w) for g, w in zip(got, want))
     elif kind == "meta":
         ok = all(g.device.type == "meta" and g.shape == w.shape and g.dtype == w.dtype
                  for g, w in zip(got, want))
@@ -88,6 +93,29 @@ def _check(kind: str, out: Any, plain: Any) -> tuple[str, bool]:
     return types, ok
 
 
+class _Seen:
+    """A pass-through dispatch mode counting in-place ATen calls (names ending in ``_``)."""
+
+    def __enter__(self) -> "_Seen":
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        seen = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                name = func._schema.name.split("::")[-1]
+                seen.inplace += name.endswith("_") and not name.startswith("_")
+                return func(*args, **(kwargs or {}))
+
+        self.inplace = 0
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+
+
 def run_cell(formula: Callable[..., Any], args: tuple, plain: Any, kind: str) -> dict[str, Any]:
     """One formula on one kind of tensor: ``{"type", "correct"}`` or ``{"error"}``."""
     from funcbwd.errors import first_line
@@ -97,6 +125,11 @@ def run_cell(formula: Callable[..., Any], args: tuple, plain: Any, kind: str) ->
             out = formula(*_map(args, _two))
         elif kind == "meta":
             out = formula(*_map(args, lambda t: t.to("meta")))
+        elif kind == "mode":
+            with _Seen() as seen:
+                out = formula(*args)
+            types, ok = _check(kind, out, plain)
+            return {"type": types, "correct": ok, "inplace_seen": seen.inplace}
         else:
             from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -153,7 +186,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]
             if not cells or "plain_error" in cells:
                 continue
             for kind in KINDS:
-                out.setdefault(which, {}).setdefault(kind, Counter())[outcome(cells[kind])] += 1
+                if kind in cells:
+                    out.setdefault(which, {}).setdefault(kind, Counter())[outcome(cells[kind])] += 1
     return {w: {k: dict(sorted(c.items())) for k, c in per.items()} for w, per in out.items()}
 
 
