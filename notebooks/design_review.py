@@ -353,3 +353,15 @@ rfc_text = rfc.document(rfc.load(DATA))
 assert rfc_text == open(os.path.join("..", "docs", "rfc.md")).read(), \
     "docs/rfc.md is stale: python -m funcbwd rfc --out docs/rfc.md --force"
 print(rfc_text[rfc_text.index("## What it costs"):rfc_text.index("### The Python floor")])
+
+# %% [markdown]
+# ## The review's ten objections
+#
+# Read as a core maintainer would, the RFC drew ten objections (issue 28): "fixes" that are only
+# speed entries, tensor subclasses, torch.compile around the tool, the pick resting on
+# `aten::copy`'s missing rules, compiled autograd, what it breaks, cache keys, the C++ cost,
+# threads, forward mode. The RFC answers each from saved data (or says "unknown, because"); the
+# table links each answer to its evidence:
+
+# %%
+print(rfc_text[rfc_text.index("## The ten objections"):rfc_text.index("[o1]:")])

@@ -116,3 +116,26 @@ def test_cli_writes_the_rfc_and_the_cpp_cost_text(tmp_path, capsys, generated):
     text = capsys.readouterr().out
     assert "What would it cost in C++?" in text and max(len(line) for line in text.splitlines()) <= 80
     assert cli.main(["rfc", "--data", str(tmp_path / "missing")]) == 2
+
+
+def test_the_ten_objections_table_links_each_answer_and_its_evidence(generated):
+    from funcbwd.studies.review import objections
+
+    table = generated[generated.index("## The ten objections"):]
+    rows = [line for line in table.splitlines() if line.startswith("| [")]
+    assert len(rows) == 10
+    for n, _, _ in objections.TITLES:
+        assert f"[o{n}]: #{objections.slug(objections.heading(n)[4:])}" in table
+        assert objections.heading(n) in generated
+    assert "## Small PRs the evidence supports today" in generated
+    assert "## Users' in-place code" in generated
+
+
+def test_a_missing_evidence_file_says_unknown_because(tmp_path, inputs):
+    """Mutation check: without an answer's data the answer is "unknown, because", never a number."""
+    broken = {**inputs, "objections": {**inputs["objections"], "subclass": None, "threads": None}}
+    text = rfc.document(broken)
+    two = text[text.index("### 2. "):text.index("### 3. ")]
+    nine = text[text.index("### 9. "):text.index("### 10. ")]
+    assert "**Unknown, because** data/review-subclass.json" in two
+    assert "**Unknown, because** data/review-threads.json" in nine

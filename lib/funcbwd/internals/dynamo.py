@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Iterator
+import sys
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -104,3 +105,37 @@ def dynamo_recompile_limit(n: int) -> Iterator[None]:
     that code and runs it eagerly)."""
     with torch._dynamo.config.patch(recompile_limit=n):
         yield
+
+
+# ---------------------------------------------------------------------------- around funcbwd's tool
+def imported() -> bool:
+    """True once anything imported ``torch._dynamo`` (torch.compile does; ``import torch`` does
+    not): before that no dynamo frame callback can be active, so nothing needs turning off."""
+    return "torch._dynamo" in sys.modules
+
+
+def run_eagerly(fn: Callable[..., Any], reason: str) -> Callable[..., Any]:
+    """``fn`` as dynamo's ``torch.compiler.disable`` makes it: dynamo does not trace into it (a
+    graph break at its call, ``reason`` in the break's explanation) and while it runs no frame it
+    calls is compiled (the eval-frame callback is off). Imports ``torch._dynamo`` (seconds in a
+    fresh process): call it only when :func:`imported` is True."""
+    import torch._dynamo
+
+    return torch._dynamo.disable(fn, reason=reason)
+
+
+def is_compiling() -> bool:
+    """True while dynamo traces the calling code (``torch.compiler.is_compiling``)."""
+    return torch.compiler.is_compiling()
+
+
+def is_dynamo_error(exc: BaseException) -> bool:
+    """An exception raised by dynamo's own machinery (its internal errors, unsupported constructs,
+    a backend's failure), anywhere in ``exc``'s cause chain: the environment failed, not the
+    traced code."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if type(exc).__module__.startswith("torch._dynamo"):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False

@@ -5,6 +5,8 @@ call-time fallback for untraceable code (the contract: :mod:`funcbwd.tool.functi
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import threading
 import warnings
 from typing import Any, Callable, Hashable
@@ -14,6 +16,7 @@ import torch
 from funcbwd import internals
 from funcbwd.errors import FuncbwdError, first_line
 from funcbwd.fx.formula_graphs import build, flatten_args, positional_key
+from funcbwd.internals import dynamo
 from funcbwd.tool.cache import DEFAULT_MAXSIZE, GraphCache
 
 #: observer kinds: a signature was traced / a call ran its entry
@@ -52,8 +55,22 @@ class Functionalizer:
         self.observer = observer
         self.warn = warn
         self._warned = threading.Event()
+        self._outside_compile: Callable[[tuple, dict], Any] | None = None
 
     # --- one call -------------------------------------------------------------------------
+    def call_outside_compile(self, args: tuple, kwargs: dict) -> Any:
+        """:meth:`call`, never traced by torch.compile: once ``torch._dynamo`` is imported it runs
+        through :func:`funcbwd.internals.dynamo.run_eagerly` (dynamo graph-breaks at the call and
+        compiles none of the trace's frames), so a ``torch.compile`` around the transforms runs
+        this call eagerly and traces, caches and elides exactly as without compile."""
+        run = self._outside_compile
+        if run is None:
+            if not dynamo.imported():  # no torch.compile yet: no dynamo callback can be active
+                return self.call(args, kwargs)
+            run = self._outside_compile = dynamo.run_eagerly(
+                self.call, f"funcbwd.functionalized({self.name}) traces and runs eagerly")
+        return run(args, kwargs)
+
     def call(self, args: tuple, kwargs: dict) -> Any:
         """``fn(*args, **kwargs)`` under a transform: the cached graph, or the fallback."""
         names = tuple(kwargs)
@@ -84,9 +101,18 @@ class Functionalizer:
         return self.cache.get(key, lambda: self._build(formula, args))
 
     def _build(self, formula: Callable[..., Any], args: tuple):
+        """The entry for one signature: its graph, or :class:`Untraceable` when tracing ``formula``
+        failed. A failure caused by the environment (the trace ran while torch.compile was
+        tracing, or dynamo's machinery raised) is never cached: it raises one FuncbwdError and the
+        next call traces again."""
+        if dynamo.is_compiling():
+            raise FuncbwdError(self._refusal("torch.compile is tracing this call"))
         try:
             entry: Any = build(formula, args, name=self.name)
         except Exception as e:  # noqa: BLE001 - any trace failure: run functionalized at call time
+            if dynamo.is_dynamo_error(e):
+                raise FuncbwdError(self._refusal(
+                    f"torch.compile's machinery raised while tracing: {type(e).__name__}")) from e
             entry = Untraceable(f"{type(e).__name__}: {first_line(str(e))}")
         if self.observer is not None:
             self.observer(TRACED, entry)
@@ -110,13 +136,17 @@ class Functionalizer:
                           "written instead", FunctionalizeFallbackWarning, stacklevel=5)
         return out
 
+    def _refusal(self, why: str) -> str:
+        return (f"funcbwd.functionalized({self.name}) cannot trace under torch.compile ({why}); "
+                "nothing was cached: call it eagerly, or around torch.compile")
+
     # --- untraceable --------------------------------------------------------------------------
     def fallback(self, entry: Untraceable, formula: Callable[..., Any], args: tuple) -> Any:
         if self.warn and not self._warned.is_set():
             self._warned.set()
             warnings.warn(f"funcbwd.functionalized({self.name}) cannot be traced ({entry.reason}); "
                           "it runs functionalized at call time under vmap (slower: no cache, no "
-                          "copy elision)", FunctionalizeFallbackWarning, stacklevel=4)
+                          "copy elision)", FunctionalizeFallbackWarning, stacklevel=_wrapper_level())
         if not internals.vmap_active():
             return formula(*args)  # eager in-place is differentiable without a vmap level
         try:
@@ -153,6 +183,18 @@ def _under_inplace_mode(formula: Callable[..., Any], args: tuple) -> Any:
 
     with functions_converted(), InplaceMode():
         return formula(*args)
+
+def _wrapper_level() -> int:
+    """The ``warnings.warn`` stacklevel (counted from :meth:`Functionalizer.fallback`) of the
+    nearest ``functionalized`` wrapper frame, however many frames lie between (the dynamo-disabled
+    call adds some once torch.compile is imported)."""
+    frame, level = sys._getframe(2), 2  # 1: fallback, 2: its caller
+    while frame is not None and not frame.f_code.co_filename.endswith(_WRAPPER_FILE):
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 4
+
+
+_WRAPPER_FILE = os.path.join("tool", "functionalized.py")
 
 
 def _positional(fn: Callable[..., Any], n: int, names: tuple[str, ...]) -> Callable[..., Any]:

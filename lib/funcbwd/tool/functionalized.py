@@ -29,6 +29,12 @@ Contract:
 * **Eager semantics**: a function that mutates its inputs still does (functionalization writes the
   result back with ``copy_``); random ops draw anew on every call and follow ``vmap``'s
   ``randomness=``; the graph computes what ``fn`` computes (same ops, same order).
+* **Under torch.compile** (``torch.compile(vmap(jacrev(f)))``, any backend) the wrapper's
+  transform path is never traced by dynamo (:func:`funcbwd.internals.dynamo.run_eagerly`: a graph
+  break at the call, no frame of the trace compiled), so it traces, caches and elides as in eager
+  mode and returns the same values. A trace failure caused by the environment (dynamo's machinery
+  raised, or a trace started while dynamo traces) is never cached: one ``FuncbwdError`` line, and
+  the next call traces again.
 * **Untraceable ``fn``** (``.item()``, a Python branch on a tensor, ``nonzero``: data-dependent)
   warns once (:class:`FunctionalizeFallbackWarning`, with the reason) and runs at call time: with
   a vmap level active, as written under :func:`funcbwd.vmap`'s in-place mode
@@ -85,7 +91,7 @@ def functionalized(fn: Any = None, *, maxsize: int | None = DEFAULT_MAXSIZE,
         raise BadInputError(f"functionalized takes a function or a torch.autograd.Function "
                             f"subclass, got {type(fn).__name__}")
     core = Functionalizer(fn, name=name, maxsize=maxsize, observer=observer, warn=warn)
-    depth, call = internals.stack_depth, core.call
+    depth, call = internals.stack_depth, core.call_outside_compile
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -1,0 +1,92 @@
+"""Objection 6 of the review (issue 28): the OpInfo sweep's cells where builtin passes and
+``traced_backward`` spent its 3 s budget are neither pass nor failure. This re-runs a
+deterministic sample of them (:data:`SAMPLE` cells spread evenly over the sorted list, cells that
+started but ran out of time; not the ones whose op budget was spent before they started) with
+:data:`BUDGET_S` per cell, through the sweep's own cell runner
+(:func:`funcbwd.studies.coverage.sweep.run_cell`). ``python -m
+funcbwd.studies.review.budget_rerun --out data/review-budget-rerun.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "funcbwd-review-budget-rerun/1"
+FILE = "review-budget-rerun.json"
+SAMPLE, BUDGET_S = 12, 30.0
+STRATEGY = "traced_backward"
+
+
+def budget_cells(records: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """Cells (op, sample, dtype, composition) builtin passes and STRATEGY ran out of time on."""
+    from funcbwd.studies.coverage import summary
+
+    out = []
+    for cell, rs in summary.by_cell(records).items():
+        b, t = rs.get("builtin"), rs.get(STRATEGY)
+        if (b and t and b["status"] == "pass" and t["status"] == "timeout"
+                and "before this cell started" not in (t["message"] or "")):
+            out.append(cell)
+    return sorted(out)
+
+
+def run(records: list[dict[str, Any]]) -> dict[str, Any]:
+    import torch
+
+    from funcbwd.errors import first_line
+    from funcbwd.studies.coverage import opinfo, sweep
+
+    cells = budget_cells(records)
+    step = max(1, len(cells) // SAMPLE)
+    chosen = cells[::step][:SAMPLE]
+    plan = dataclasses.replace(sweep.DEFAULT_PLAN, budget_s=BUDGET_S)
+    rows = []
+    for op_id, i, dtype, comp in chosen:
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            op = opinfo.op_by_id(op_id)
+            smp = opinfo.samples(op, getattr(torch, dtype), int(i) + 1)[int(i)]
+            spec, sample = opinfo.case_for(op, smp, i)
+            r = sweep.run_cell(spec, sample, comp, STRATEGY, plan)
+        rows.append({"cell": [op_id, i, dtype, comp], "status": r.status,
+                     "reason": r.reason, "message": first_line(r.message or "", 120),
+                     "seconds": round(time.perf_counter() - start, 1)})
+        print(op_id, comp, r.status, rows[-1]["seconds"], flush=True)
+    return {"schema": SCHEMA, "torch": torch.__version__, "budget_s": BUDGET_S,
+            "cells_out_of_budget": len(cells), "sampled": len(rows), "rows": rows,
+            "status": dict(Counter(r["status"] for r in rows))}
+
+
+def load(data_dir: str | Path) -> dict[str, Any] | None:
+    path = Path(data_dir) / FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from funcbwd.studies.coverage import data
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", help=f"write the JSON here (e.g. data/{FILE})")
+    p.add_argument("--data", default="data", help="the data directory (coverage.json.gz)")
+    a = p.parse_args(argv)
+    doc = run(data.load(Path(a.data) / "coverage.json.gz")["records"])
+    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
+    if a.out:
+        Path(a.out).write_text(text)
+        print(f"wrote {a.out}: {doc['status']}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

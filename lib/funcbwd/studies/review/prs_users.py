@@ -1,0 +1,106 @@
+"""The RFC's last two sections beside the ten answers: the small PRs the evidence supports
+today apart from the large change, and what the corpus of users' in-place code says for core
+(functorch#1025), from ``data/yourcode-corpus.json`` summarized by
+:func:`funcbwd.studies.yourcode.run.summarize`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Mapping
+
+from funcbwd.studies.review.answers import bullet, para
+
+CORPUS_FILE = "yourcode-corpus.json"
+#: the corpus's mechanisms in the words of a core reader
+LABELS = {
+    "decorator": "`@funcbwd.functionalized` where a user puts it",
+    "batched": "functorch#1025 option 1: factories batched under vmap",
+    "lazy": "functorch#1025 option 2: lazy promotion on the first batched write",
+    "mode": "shipped policy: plain first, then the mode, then functionalized",
+    "dropin": "`funcbwd.vmap` in place of the user's own vmap",
+}
+
+
+def prs(inputs: Mapping[str, Any], retired: Mapping[str, Any]) -> list[str]:
+    sw = inputs["sweep"]
+    out = ["## Small PRs the evidence supports today", ""]
+    out += para("Apart from the large change, each with its evidence:")
+    copy_cells = sum(n for k, (n, _) in (sw or {}).get("all_causes", {}).items()
+                     if k.startswith("copy_has_no"))
+    out.append(bullet(
+        "`aten::copy`: a batching rule, a derivative and a forward-AD formula (what "
+        "functionalization emits for every `copy_`). Evidence: objection 4's scenario; "
+        f"{copy_cells} copy_has_no_* regressions of `whole`/`hooks` in the OpInfo sweep; "
+        "pytorch#103329 (`vmap(jacrev(functionalize(f)))`); the batching rule prototyped in "
+        "lib/funcbwd/batching/copy.py (layout: dst's strides)."))
+    if retired.get("measured"):
+        stale = Counter(v["test"] for v in retired["stale"])
+        out.append(bullet(
+            f"Remove {len(retired['stale'])} stale expected failures of test/functorch/test_ops.py "
+            "(they pass on torch " + retired["torch"] + " in the every-sample sweep of `vmapvjp`, "
+            "first sample elsewhere): " + ", ".join(f"`{t}` {n}" for t, n in sorted(stale.items()))
+            + ". Evidence: data/coverage.json.gz, docs/opinfo-sweep.md."))
+    if sw is not None and "complex_slice_scatter" in sw["all_causes"]:
+        out.append(bullet(
+            "torch bug: `slice_scatter` cannot be differentiated for complex outputs "
+            f"({sw['all_causes']['complex_slice_scatter'][0]} regression cells: the backward of "
+            "stft and the real/Hermitian FFTs, functionalized). Evidence: the sweep's causes."))
+    out.append(bullet(
+        "torch bug: functorch's `dynamicLayerStack.size() >= level` internal assert when dynamo "
+        "compiles frames of a make_fx/functionalize trace running under a transform inside "
+        "torch.compile (objection 3; tests/test_tool_compile.py reproduces it without the fix)."))
+    return out + [""]
+
+
+def users(corpus: Mapping[str, Any] | None) -> list[str]:
+    out = ["## Users' in-place code (functorch#1025, \"needs design\")", ""]
+    if corpus is None:
+        return out + para(f"**Unknown, because** data/{CORPUS_FILE} is not there.")
+    from funcbwd.studies.yourcode.run import summarize
+
+    s = summarize(dict(corpus))
+    m = s["mechanisms"]
+    libraries = sorted({c["library"] for c in corpus["cases"].values()})
+    out += para(
+        f"The corpus (data/{CORPUS_FILE}; docs/your-code.md): {len(corpus['cases'])} cases of "
+        f"in-place code from {len(libraries)} public libraries and issue trackers, each under "
+        f"{len(corpus['transforms'])} transforms and checked against a per-sample loop: plain "
+        f"torch.func fails or is wrong on {s['plain_failing']} cells and works on {s['plain_ok']}.")
+    out += ["| mechanism | fixes | regressions | wrong |", "|---|---|---|---|"]
+    for name, r in m.items():
+        if name == "plain":
+            continue
+        label = LABELS.get(name, name)
+        out.append(f"| {label} | {r['fixed']} of {r['applicable']} | "
+                   f"{len(r['regressions'])} of {s['plain_ok']} | {len(r['wrong'])} |")
+    out.append("")
+    lazy, batched, deco, mode = m.get("lazy"), m.get("batched"), m.get("decorator"), m.get("mode")
+    if lazy and batched and deco and mode:
+        lazy_left = Counter(_error(corpus, "lazy", k) for k in lazy["still_failing"])
+        out += para(
+            f"Lazy promotion (option 2) fixes {lazy['fixed']} of {lazy['applicable']}, far more "
+            f"than batched factories (option 1, {batched['fixed']}) and the decorator "
+            f"({deco['fixed']}); its {len(lazy['regressions'])} regressions are cells that work "
+            "plain (" + ", ".join(f"`{c}` {t}" for c, t in lazy["regressions"]) + "), where it "
+            "should not run at all. The shipped policy (plain first, then the mode, then "
+            f"functionalized) fixes {mode['fixed']} with {len(mode['regressions'])} regressions "
+            f"and {len(mode['wrong'])} wrong answers.")
+        out += para(
+            "Recommendation for core: an opt-in lazy promotion in vmap's in-place error path: "
+            "where vmap would raise \"inplace arithmetic ... is not possible\" on an unbatched "
+            "tensor, promote that tensor to batched (a copy per sample) and retry the write, "
+            "behind a flag, so code that works today never takes it. What it cannot fix, by the "
+            "error the cells end with: " + ", ".join(f"{k} {v}" for k, v in lazy_left.most_common())
+            + "; the value reads (`.item()`, a Python branch on a per-sample value) need the "
+            "per-sample loop, which no batching can replace.")
+    return out
+
+
+def _error(corpus: Mapping[str, Any], mech: str, key: Any) -> str:
+    for c in corpus["cells"]:
+        if c["mechanism"] == mech and (c["case"], c["transform"]) == tuple(key):
+            return c["error"] or c["verdict"]
+    return "?"
+
+
