@@ -250,7 +250,7 @@ def test_charts_label_references_targets_units_and_failures():
     assert "handfixed" not in {t.name for t in ratio.data}  # the reference is a line, not a trace
     notes = _annotations(ratio)
     assert "handfixed = 1.0" in notes and any(n.startswith("target: traced <= 1.1x") for n in notes)
-    assert any(n == "failed: hooks (functionalization_assert)" for n in notes)
+    assert any(n == "failed:<br>hooks (functionalization_assert)" for n in notes)
     assert "handfixed's (x" in ratio.layout.yaxis.title.text
     assert "batch size" in ratio.layout.xaxis.title.text
     copies = plots.copies_chart(res)

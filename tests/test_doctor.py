@@ -44,6 +44,14 @@ MODULE = textwrap.dedent('''\
         return y if x.sum() > -1e9 else y
 
 
+    BUF = torch.zeros(4)
+
+
+    def shared_state(x):  # a module-level buffer written through .data: no tool can batch it
+        BUF.data.copy_(x)  # LINE-shared
+        return BUF * 2
+
+
     def target_written(x, target):  # the per-sample argument is the second one
         out = torch.zeros(target.shape)
         out[0] = target[0]  # LINE-target
@@ -106,12 +114,20 @@ def test_names_the_culprit_line_and_fixes_it(workdir, func, args, tag, diff):
     assert "doctor: vmap ..." in out.stderr  # progress on stderr
 
 
-def test_exit_1_when_the_wrapper_cannot_fix_a_transform(workdir):
-    # untraceable (a branch on x under vmap): .item() on a batched tensor fails either way
-    out = doctor(workdir, "usercode:gated", "--args", "torch.randn(4)", "--transforms", "vmap")
+def test_exit_1_when_no_tool_fixes_a_transform(workdir):
+    out = doctor(workdir, "usercode:shared_state", "--args", "torch.randn(4)", "--transforms",
+                 "vmap")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "still failing with funcbwd.vmap and functionalized: vmap" in out.stdout
-    assert "cannot trace" in out.stdout
+    assert f"usercode.py:{_line('shared')}\n" in out.stdout
+
+
+def test_a_value_read_is_fixed_by_funcbwd_vmap_not_by_the_decorator(workdir):
+    # untraceable (a branch on x under vmap): the decorator cannot; funcbwd.vmap's last stage runs
+    # it once per batch entry, checked against the per-sample loop
+    out = doctor(workdir, "usercode:gated", "--args", "torch.randn(4)", "--transforms", "vmap")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "cannot trace" in out.stdout and "no code change needed" in out.stdout
 
 
 def test_every_floating_argument_is_per_sample():

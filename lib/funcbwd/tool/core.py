@@ -133,7 +133,7 @@ class Functionalizer:
             self._warned.set()
             warnings.warn(f"funcbwd.functionalized({self.name}): its graph cannot run here "
                           f"({type(error).__name__}: {first_line(str(error), 100)}); it ran as "
-                          "written instead", FunctionalizeFallbackWarning, stacklevel=5)
+                          "written instead", FunctionalizeFallbackWarning, stacklevel=_wrapper_level())
         return out
 
     def _refusal(self, why: str) -> str:

@@ -144,7 +144,7 @@ def retired(coverage: Mapping[str, Any] | None, pick: str) -> dict[str, Any]:
         return {"measured": False, "strategy": strategy}
     from funcbwd.studies.coverage import verdicts
 
-    vs = verdicts.upstream_verdicts(coverage["records"])
+    vs = verdicts.of_document(coverage)  # "stale" needs every sample (the caps in meta)
     fixed = [v for v in vs if v["verdict"] == "fixed" and strategy in v.get("fixed_by", [])]
     counts: dict[str, int] = {}
     for v in vs:
