@@ -121,6 +121,21 @@ def check_out(path: "str | Path | None", force: bool = False) -> None:
     raise BadInputError(f"{path} is committed; --force overwrites it")
 
 
+def out_refused(prog: str, path: "str | Path | None", force: bool = False) -> bool:
+    """:func:`check_out` for a study's own ``main``: True (and one line on stderr, for an exit 2)
+    when ``path`` is committed and ``force`` is not given."""
+    import sys
+
+    from funcbwd.errors import BadInputError
+
+    try:
+        check_out(path, force)
+    except BadInputError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return True
+    return False
+
+
 def check_args_out(args: argparse.Namespace, flag: str = "--out") -> None:
     """:func:`check_out` for the command's ``flag`` option and ``--force``."""
     check_out(getattr(args, flag.lstrip("-").replace("-", "_"), None), getattr(args, "force", False))

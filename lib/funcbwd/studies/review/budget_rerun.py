@@ -9,6 +9,8 @@ funcbwd.studies.review.budget_rerun --out data/review-budget-rerun.json``.
 
 from __future__ import annotations
 
+from funcbwd import command
+
 import argparse
 import dataclasses
 import json
@@ -76,8 +78,11 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help=f"write the JSON here (e.g. data/{FILE})")
+    command.add_force(p)
     p.add_argument("--data", default="data", help="the data directory (coverage.json.gz)")
     a = p.parse_args(argv)
+    if command.out_refused("python -m funcbwd.studies.review.budget_rerun", a.out, a.force):
+        return 2
     doc = run(data.load(Path(a.data) / "coverage.json.gz")["records"])
     text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
     if a.out:

@@ -8,6 +8,8 @@ funcbwd.studies.review.cache_bound --out data/review-cache-bound.json``.
 
 from __future__ import annotations
 
+from funcbwd import command
+
 import argparse
 import contextlib
 import json
@@ -82,8 +84,11 @@ def load(data_dir: str | Path) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help=f"write the JSON here (e.g. data/{FILE})")
+    command.add_force(p)
     p.add_argument("--data", default="data")
     a = p.parse_args(argv)
+    if command.out_refused("python -m funcbwd.studies.review.cache_bound", a.out, a.force):
+        return 2
     text = json.dumps(run(a.data), indent=1, sort_keys=True) + "\n"
     if a.out:
         Path(a.out).write_text(text)

@@ -18,6 +18,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from funcbwd import command
 from typing import Any
 
 SCHEMA = "funcbwd-review-callgrind/1"
@@ -65,7 +67,10 @@ def load(data_dir: str | Path) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help=f"write the JSON here (e.g. data/{FILE})")
+    command.add_force(p)
     a = p.parse_args(argv)
+    if command.out_refused("python -m funcbwd.studies.review.callgrind", a.out, a.force):
+        return 2
     lib = str(Path(__file__).resolve().parents[3])
     text = json.dumps(run(lib), indent=1, sort_keys=True) + "\n"
     if a.out:

@@ -6,6 +6,8 @@ break the graph. ``python -m funcbwd.studies.review.compile_tool --out data/revi
 
 from __future__ import annotations
 
+from funcbwd import command
+
 import argparse
 import json
 import sys
@@ -65,7 +67,10 @@ def load(data_dir: str | Path) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help=f"write the JSON here (e.g. data/{FILE})")
+    command.add_force(p)
     a = p.parse_args(argv)
+    if command.out_refused("python -m funcbwd.studies.review.compile_tool", a.out, a.force):
+        return 2
     text = json.dumps(run(), indent=1, sort_keys=True) + "\n"
     if a.out:
         Path(a.out).write_text(text)

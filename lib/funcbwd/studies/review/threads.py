@@ -8,6 +8,8 @@ funcbwd.studies.review.threads --out data/review-threads.json`` saves one run.
 
 from __future__ import annotations
 
+from funcbwd import command
+
 import argparse
 import json
 import sys
@@ -109,7 +111,10 @@ def load(data_dir: str | Path) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help=f"write the JSON here (e.g. data/{FILE})")
+    command.add_force(p)
     a = p.parse_args(argv)
+    if command.out_refused("python -m funcbwd.studies.review.threads", a.out, a.force):
+        return 2
     doc = {"schema": SCHEMA, "torch": torch.__version__, **stress()}
     doc.pop("seconds")  # wall time is not a result: it would make every run a diff
     text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
