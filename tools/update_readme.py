@@ -51,7 +51,8 @@ RENDERERS = {
     "bad-input": lambda i: bad_input.markdown([bad_input.try_case(c) for c in bad_input.CASES]),
     "corpus": lambda i: corpus.markdown(json.loads((DATA / CORPUS_FILE_NAME).read_text())),
     "corpus-summary": lambda i: corpus.summary_markdown(
-        json.loads((DATA / CORPUS_FILE_NAME).read_text())),
+        json.loads((DATA / CORPUS_FILE_NAME).read_text()),
+        json.loads((DATA / "yourcode-cost.json").read_text())),
     "corpus-cost": lambda i: corpus.cost_markdown(
         json.loads((DATA / "yourcode-cost.json").read_text())),
 }

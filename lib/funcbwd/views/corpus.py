@@ -99,8 +99,9 @@ def markdown(data: dict, source: str = "data/yourcode-corpus.json") -> str:
     return "\n".join(lines)
 
 
-def summary_markdown(data: dict) -> str:
-    """The README's sentence on the corpus, its numbers and its target status computed."""
+def summary_markdown(data: dict, cost: dict | None = None) -> str:
+    """The README's sentence on the corpus (and, given the saved cost run, what it costs), its
+    numbers and their target status computed."""
     s = summarize(data)
     mode = s["mechanisms"]["mode"]
     libraries = {c["library"] for c in data["cases"].values()}
@@ -114,8 +115,9 @@ def summary_markdown(data: dict) -> str:
         f"torch.func fails (target {FIX_TARGET:.0%}: {status}, {share:.0%}; {looped} of them only "
         "by running the function once per batch entry, warned), breaks "
         f"{len(mode['regressions']) or 'none'} of the {s['plain_ok']} that work and gives "
-        f"{len(mode['wrong']) or 'no'} wrong answer{'s' if len(mode['wrong']) != 1 else ''}; "
-        "where it still fails and why: [docs/your-code.md](docs/your-code.md), with "
+        f"{len(mode['wrong']) or 'no'} wrong answer{'s' if len(mode['wrong']) != 1 else ''}. "
+        + (_cost_sentence(cost) if cost else "")
+        + "Where it still fails and why: [docs/your-code.md](docs/your-code.md), with "
         "`@funcbwd.functionalized` (a traced graph of your function) and "
         "`python -m funcbwd doctor` (which in-place call breaks which transform)."))
 
@@ -145,3 +147,12 @@ def cost_markdown(data: dict, source: str = "data/yourcode-cost.json") -> str:
                   "`python -m funcbwd.studies.yourcode.cost --out data/yourcode-cost.json --force` "
                   "(a few minutes)._")]
     return "\n".join(lines)
+
+
+def _cost_sentence(cost: dict) -> str:
+    fix, nofix = cost["summary"]["fix"], cost["summary"]["nofix"]
+    return (f"Where it fixes, it costs {fix['median']:.2f}x a hand rewrite (median over "
+            f"{fix['n']} timed cells; target {fix['target']}x: "
+            f"{'met' if fix['median'] <= fix['target'] else 'missed'}); where nothing needs "
+            f"fixing, {nofix['median']:.2f}x torch.func.vmap (target {nofix['target']}x: "
+            f"{'met' if nofix['median'] <= nofix['target'] else 'missed'}). ")
