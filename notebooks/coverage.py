@@ -127,8 +127,10 @@ for (st, comp, op), rs in sorted(groups.items()):
 # functorch's `test_ops.py` keeps its expected failures as data (`xfail`, `skip`, with a reason).
 # Our copy of them (`funcbwd.studies.coverage.upstream`, with its source commit) gets a verdict per
 # entry from the records of the same op and composition: `reproduced`, `stale` (passes on torch
-# 2.13), `fixed` (an in-place failure a functionalizing strategy fixes, with no regression on the
-# op), `torch_bug`, `harness` (not comparable here, and why) or `unresolved`.
+# 2.13 on every sample, as upstream's test loops over every sample), `fixed` (an in-place failure a functionalizing strategy fixes, with no regression on the
+# op), `torch_bug`, `harness` (not comparable here, and why) or `unresolved` (e.g. builtin passes
+# the samples run, but the sweep capped them: one sample is not upstream's test). Each verdict's
+# evidence says how many samples it rests on.
 
 # %%
 vs = doc["upstream_xfails"]
@@ -144,14 +146,16 @@ display.Rich(f"{len(vs)} upstream entries with their verdicts", render.verdicts_
 # %% [markdown]
 # ## 5. The verdicts are computed, not copied: check one
 #
-# A verdict is recomputed from the records by `verdicts.upstream_verdicts`; here, for the saved
-# document, the recomputation agrees with what the file says, entry by entry.
+# A verdict is recomputed from the records and the sweep's sample caps (`meta`) by
+# `verdicts.upstream_verdicts`; here, for the saved document, the recomputation agrees with what
+# the file says, entry by entry, and no `stale` rests on fewer samples than the op has.
 
 # %%
-again = verdicts.upstream_verdicts(records)
+again = verdicts.upstream_verdicts(records, meta=doc["meta"])
 same = sum(a["verdict"] == b["verdict"] for a, b in zip(again, vs))
 print(f"{same} of {len(vs)} saved verdicts equal their recomputation")
 assert same == len(vs)
+assert all("cap" not in v["evidence"] for v in vs if v["verdict"] == "stale")
 
 # %% [markdown]
 # ## 6. The cost of functionalizing every backward, per op

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -305,3 +306,19 @@ def test_the_stale_rerun_ran_every_sample_and_its_block_is_generated():
     fixed = summary.summarize(inplace)["compositions"]["vmapjvpvjp"]
     assert {st: fixed[st]["inplace_fixes"] for st in ("whole", "hooks", "traced_backward")} == dict.fromkeys(
         ("whole", "hooks", "traced_backward"), 15)
+
+
+def test_saved_upstream_verdicts_are_the_every_sample_recomputation():
+    # The file's upstream_xfails are derived state: they must equal the verdicts recomputed with
+    # the sweep's sample caps, so no "stale" rests on one sample where upstream loops over all.
+    from funcbwd.studies.coverage import data, verdicts
+
+    doc = data.load(Path(__file__).resolve().parents[1] / "data" / "coverage.json.gz")
+    saved = [(v["test"], v["op"], v["variant"], v["verdict"]) for v in doc["upstream_xfails"]]
+    again = [(v["test"], v["op"], v["variant"], v["verdict"]) for v in verdicts.of_document(doc)]
+    assert saved == again
+    stale = [v for v in doc["upstream_xfails"] if v["verdict"] == "stale"]
+    assert stale and all("cap" not in v["evidence"] for v in stale)
+    # mutation: without the caps, entries passing their one sample are called stale again
+    capless = verdicts.upstream_verdicts(doc["records"])
+    assert sum(v["verdict"] == "stale" for v in capless) > len(stale)

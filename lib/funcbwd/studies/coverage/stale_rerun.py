@@ -35,10 +35,18 @@ OPS = ("double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf", "to"
        "nn.functional.max_unpool2d.grad", "nn.functional.max_pool2d")
 
 
+def one_sample_verdicts(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The verdicts the saved sweep's records give when its sample caps are ignored: "stale" on
+    the samples it ran (one for the later compositions), what this re-run checks on every sample.
+    (The document's own verdicts, with the caps, call those entries unresolved.)"""
+    return verdicts.upstream_verdicts(doc["records"])
+
+
 def stale_cells(doc: dict[str, Any], ops: Sequence[str] = OPS) -> dict[str, list[str]]:
-    """composition -> the ops of ``ops`` whose upstream entry for it the saved sweep called stale."""
+    """composition -> the ops of ``ops`` whose upstream entry for it the saved sweep's samples call
+    stale."""
     out: dict[str, list[str]] = {}
-    for v in doc["upstream_xfails"]:
+    for v in one_sample_verdicts(doc):
         oid = v["op"] + (f".{v['variant']}" if v["variant"] else "")
         comp = verdicts.COMPOSITION_OF[v["test"]]
         if v["verdict"] == "stale" and oid in ops and comp != "vmapvjp":
@@ -59,7 +67,7 @@ def changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
     cells = {(c, o) for c, ops in stale_cells(old).items() for o in ops}
     again = {(v["test"], _oid(v)): v for v in new["upstream_xfails"]}
     out = []
-    for v in old["upstream_xfails"]:
+    for v in one_sample_verdicts(old):
         if v["verdict"] == "stale" and (verdicts.COMPOSITION_OF[v["test"]], _oid(v)) in cells:
             n = again[(v["test"], _oid(v))]
             out.append({"test": v["test"], "op": _oid(v), "was": v["evidence"],
