@@ -9,12 +9,9 @@ funcbwd.studies.review.budget_rerun --out data/review-budget-rerun.json``.
 
 from __future__ import annotations
 
-from funcbwd import command
+from funcbwd.studies.review import saved
 
-import argparse
 import dataclasses
-import json
-import sys
 import time
 import warnings
 from collections import Counter
@@ -69,28 +66,16 @@ def run(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def load(data_dir: str | Path) -> dict[str, Any] | None:
-    path = Path(data_dir) / FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    return saved.load(data_dir, FILE)
 
 
 def main(argv: list[str] | None = None) -> int:
     from funcbwd.studies.coverage import data
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", help=f"write the JSON here (e.g. data/{FILE})")
-    command.add_force(p)
-    p.add_argument("--data", default="data", help="the data directory (coverage.json.gz)")
-    a = p.parse_args(argv)
-    if command.out_refused("python -m funcbwd.studies.review.budget_rerun", a.out, a.force):
-        return 2
-    doc = run(data.load(Path(a.data) / "coverage.json.gz")["records"])
-    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
-    if a.out:
-        Path(a.out).write_text(text)
-        print(f"wrote {a.out}: {doc['status']}")
-    else:
-        sys.stdout.write(text)
-    return 0
+    return saved.main(__name__, __doc__, FILE,
+                      lambda a: run(data.load(Path(a.data) / "coverage.json.gz")["records"]), argv,
+                      data_option="the data directory (coverage.json.gz)",
+                      summary=lambda doc: doc["status"])
 
 
 if __name__ == "__main__":

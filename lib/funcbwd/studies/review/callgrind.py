@@ -14,12 +14,9 @@ funcbwd.studies.review.callgrind --out data/review-callgrind.json`` (minutes: va
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 
-from funcbwd import command
+from funcbwd.studies.review import saved
 from typing import Any
 
 SCHEMA = "funcbwd-review-callgrind/1"
@@ -60,25 +57,12 @@ def run(lib: str) -> dict[str, Any]:
 
 
 def load(data_dir: str | Path) -> dict[str, Any] | None:
-    path = Path(data_dir) / FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    return saved.load(data_dir, FILE)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", help=f"write the JSON here (e.g. data/{FILE})")
-    command.add_force(p)
-    a = p.parse_args(argv)
-    if command.out_refused("python -m funcbwd.studies.review.callgrind", a.out, a.force):
-        return 2
-    lib = str(Path(__file__).resolve().parents[3])
-    text = json.dumps(run(lib), indent=1, sort_keys=True) + "\n"
-    if a.out:
-        Path(a.out).write_text(text)
-        print(f"wrote {a.out}")
-    else:
-        sys.stdout.write(text)
-    return 0
+    return saved.main(__name__, __doc__, FILE,
+                      lambda a: run(str(Path(__file__).resolve().parents[3])), argv)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,8 @@ break the graph. ``python -m funcbwd.studies.review.compile_tool --out data/revi
 
 from __future__ import annotations
 
-from funcbwd import command
+from funcbwd.studies.review import saved
 
-import argparse
-import json
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -60,24 +57,11 @@ def run() -> dict[str, Any]:
 
 
 def load(data_dir: str | Path) -> dict[str, Any] | None:
-    path = Path(data_dir) / FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    return saved.load(data_dir, FILE)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", help=f"write the JSON here (e.g. data/{FILE})")
-    command.add_force(p)
-    a = p.parse_args(argv)
-    if command.out_refused("python -m funcbwd.studies.review.compile_tool", a.out, a.force):
-        return 2
-    text = json.dumps(run(), indent=1, sort_keys=True) + "\n"
-    if a.out:
-        Path(a.out).write_text(text)
-        print(f"wrote {a.out}")
-    else:
-        sys.stdout.write(text)
-    return 0
+    return saved.main(__name__, __doc__, FILE, lambda a: run(), argv)
 
 
 if __name__ == "__main__":

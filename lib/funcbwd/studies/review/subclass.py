@@ -26,11 +26,9 @@ funcbwd.studies.review.subclass --out data/review-subclass.json`` writes the tab
 
 from __future__ import annotations
 
-from funcbwd import command
+from funcbwd.studies.review import saved
 
-import argparse
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
@@ -194,30 +192,12 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]
 
 
 def load(data_dir: str | Path) -> dict[str, Any] | None:
-    path = Path(data_dir) / FILE
-    if not path.exists():
-        return None
-    doc = json.loads(path.read_text())
-    if doc.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: schema {doc.get('schema')!r}, expected {SCHEMA}")
-    return doc
+    return saved.load(data_dir, FILE, schema=SCHEMA)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", help=f"write the JSON here (e.g. data/{FILE})")
-    command.add_force(p)
-    a = p.parse_args(argv)
-    if command.out_refused("python -m funcbwd.studies.review.subclass", a.out, a.force):
-        return 2
-    doc = run()
-    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
-    if a.out:
-        Path(a.out).write_text(text)
-        print(f"wrote {a.out}: {json.dumps(doc['summary'])}")
-    else:
-        sys.stdout.write(text)
-    return 0
+    return saved.main(__name__, __doc__, FILE, lambda a: run(), argv,
+                      summary=lambda doc: json.dumps(doc["summary"]))
 
 
 if __name__ == "__main__":

@@ -8,11 +8,8 @@ funcbwd.studies.review.threads --out data/review-threads.json`` saves one run.
 
 from __future__ import annotations
 
-from funcbwd import command
+from funcbwd.studies.review import saved
 
-import argparse
-import json
-import sys
 import threading
 import time
 from pathlib import Path
@@ -104,26 +101,17 @@ def stress(threads: int = 4, calls: int = 12, timeout_s: float = 180.0) -> dict[
 
 
 def load(data_dir: str | Path) -> dict[str, Any] | None:
-    path = Path(data_dir) / FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    return saved.load(data_dir, FILE)
+
+
+def _document(a: Any) -> dict[str, Any]:
+    doc = {"schema": SCHEMA, "torch": torch.__version__, **stress()}
+    doc.pop("seconds")  # wall time is not a result: it would make every run a diff
+    return doc
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", help=f"write the JSON here (e.g. data/{FILE})")
-    command.add_force(p)
-    a = p.parse_args(argv)
-    if command.out_refused("python -m funcbwd.studies.review.threads", a.out, a.force):
-        return 2
-    doc = {"schema": SCHEMA, "torch": torch.__version__, **stress()}
-    doc.pop("seconds")  # wall time is not a result: it would make every run a diff
-    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
-    if a.out:
-        Path(a.out).write_text(text)
-        print(f"wrote {a.out}")
-    else:
-        sys.stdout.write(text)
-    return 0
+    return saved.main(__name__, __doc__, FILE, _document, argv)
 
 
 if __name__ == "__main__":
