@@ -86,15 +86,13 @@ class Functionalizer:
             self.observer(CALLED, entry)
         if isinstance(entry, Untraceable):
             return self.fallback(entry, formula, args)
-        versions = [(a, a._version) for a in args if isinstance(a, torch.Tensor)]
-        rng = torch.get_rng_state()
         try:
             return entry.run(args)
         except RuntimeError as e:  # torch cannot run the graph here: the code as written might
-            if not any(m in str(e) for m in _GRAPH_LIMITS) or any(
-                    a._version != v for a, v in versions):
+            if not any(m in str(e) for m in _GRAPH_LIMITS):
                 raise
-            torch.set_rng_state(rng)
+            # both refusals come from the op's kernel check, before it draws or writes anything
+            # (a graph writes its inputs back only at its end): nothing to undo
             return self.as_written(formula, args, e)
 
     def entry(self, key: Hashable, formula: Callable[..., Any], args: tuple):
@@ -178,11 +176,10 @@ _GRAPH_LIMITS = (
 
 
 def _under_inplace_mode(formula: Callable[..., Any], args: tuple) -> Any:
-    from funcbwd.tool.inplace import InplaceMode
-    from funcbwd.tool.oldstyle import functions_converted
+    from funcbwd.tool.oldstyle import run_inplace
 
-    with functions_converted(), InplaceMode():
-        return formula(*args)
+    return run_inplace(lambda: formula(*args))
+
 
 def _wrapper_level() -> int:
     """The ``warnings.warn`` stacklevel (counted from :meth:`Functionalizer.fallback`) of the

@@ -23,7 +23,7 @@ import torch
 from funcbwd import internals
 from funcbwd.tool.inplace import InplaceMode, current
 
-__all__ = ["functions_converted", "mode_active", "setup_context_style"]
+__all__ = ["functions_converted", "mode_active", "setup_context_style", "run_inplace"]
 
 
 _SLOT: contextvars.ContextVar[list | None] = contextvars.ContextVar("funcbwd_function_slot",
@@ -209,3 +209,11 @@ class functions_converted:
             self._patch.__exit__(*exc)
         finally:
             _ACTIVE.reset(self._token)
+
+
+def run_inplace(call: Callable[[], Any], isolated: bool = False) -> Any:
+    """``call()`` under the in-place mode with custom Functions converted (what each retry of
+    :func:`funcbwd.vmap` and the decorator's as-written fallback run); ``isolated``: see
+    :class:`InplaceMode`."""
+    with functions_converted(), InplaceMode(isolated=isolated):
+        return call()

@@ -35,8 +35,7 @@ import torch
 
 from funcbwd import internals
 from funcbwd.errors import FuncbwdError, first_line
-from funcbwd.tool.inplace import InplaceMode
-from funcbwd.tool.oldstyle import functions_converted, mode_active
+from funcbwd.tool.oldstyle import mode_active, run_inplace
 
 __all__ = ["vmap", "allow_inplace", "fixable", "run_inplace", "PerSampleLoopWarning"]
 
@@ -70,19 +69,6 @@ def _leaves(args: tuple, kwargs: dict) -> list:
 
 def _signature(flat: list) -> tuple:
     return tuple((a.shape, a.dtype) if isinstance(a, torch.Tensor) else type(a) for a in flat)
-
-
-@contextlib.contextmanager
-def _inplace_mode() -> Iterator[InplaceMode]:
-    mode = InplaceMode()
-    with functions_converted(), mode:
-        yield mode
-
-
-def run_inplace(call: Callable[[], Any]) -> Any:
-    """``call()`` with the in-place mode on (no plain attempt first)."""
-    with _inplace_mode():
-        return call()
 
 
 _RETRYING: contextvars.ContextVar[bool] = contextvars.ContextVar("funcbwd_retrying", default=False)
@@ -211,8 +197,8 @@ def _loop_stage(func: Any, call: _Call) -> Any:
         if rng is not None:
             torch.set_rng_state(rng)
         sample = [a.select(d, i) if d is not None else a for a, d in zip(flat, dims)]
-        with functions_converted(), InplaceMode(isolated=True):
-            outs.append(func(*internals.unflatten(sample, spec), **call.kwargs))
+        outs.append(run_inplace(lambda s=sample: func(*internals.unflatten(s, spec), **call.kwargs),
+                                isolated=True))
     LOOP_RUNS[0] += 1
     key = getattr(func, "__code__", id(func))
     if key not in _LOOP_WARNED:
