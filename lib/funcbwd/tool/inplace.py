@@ -116,7 +116,6 @@ class InplaceMode(MaskRules, TorchFunctionMode):
         self.isolated = isolated
         self.nodes: dict[int, _Node] = {}
         self.selections: dict[int, tuple[weakref.ref, tuple]] = {}  # id(dense) -> (mask, rest)
-        self.promoted = 0
         self.stale = 0  # views waiting to be re-derived after a promotion
         self.borrowed: list[tuple[torch.Tensor, torch.Tensor]] = []  # (caller's, its old contents)
         self.caller_aliases: dict[int, weakref.ref] = {}  # aliases of caller's tensors made here
@@ -170,7 +169,6 @@ class InplaceMode(MaskRules, TorchFunctionMode):
             if not view.stale:
                 view.stale = True  # re-derived when next used (:meth:`_refresh`)
                 self.stale += 1
-        self.promoted += 1
 
     def _refresh(self, node: _Node) -> None:
         """Re-derive a stale view from its (refreshed) parent, keeping its Python identity. Done
