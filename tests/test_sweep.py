@@ -224,17 +224,18 @@ def test_the_deep_pass_covers_every_inplace_cell_of_the_saved_sweep():
 
 
 def test_a_fallback_inside_a_graph_is_recorded_where_it_happens(capfd):
-    # traced_backward's graph calls unfold_backward through an OpOverload: vmap's fallback warning
+    # traced_backward's graph calls _unique (index_fill's backward: no batching rule and no
+    # decomposition, so it stays in the graph) through an OpOverload: vmap's fallback warning
     # goes from C++ to the process's stderr, never to Python's warnings; it must still be counted
     from funcbwd.studies.coverage import opinfo
 
-    op = opinfo.op_by_id("unfold")
-    spec, smp = opinfo.case_for(op, opinfo.samples(op, __import__("torch").float32, 1)[0], "0")
+    op = opinfo.op_by_id("index_fill")  # sample 1: a tensor fill value (its grad takes _unique)
+    spec, smp = opinfo.case_for(op, opinfo.samples(op, __import__("torch").float32, 2)[1], "1")
     cells = {s: sweep.run_cell(spec, smp, "vmapvjp", s, PLAN) for s in ("builtin", "traced_backward")}
     for s, c in cells.items():
-        assert c.status == "pass" and c.fallback_ops == ["aten::unfold_backward"], (s, c.record())
+        assert c.status == "pass" and c.fallback_ops == ["aten::_unique"], (s, c.record())
     assert cells["traced_backward"].mechanism_ran
-    assert "batching rule for aten::unfold_backward" not in capfd.readouterr().err  # taken, not echoed
+    assert "batching rule for aten::_unique" not in capfd.readouterr().err  # taken, not echoed
 
 
 def test_stale_needs_every_sample_and_the_cap_is_in_the_records():

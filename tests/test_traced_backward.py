@@ -1,6 +1,8 @@
 """traced_backward: one joint graph per function and signature, run under vmap over primals and
 cotangents, differentiable, refused (with the reason) where it cannot stand for the eager vjp,
-and checked so that a graph baking one call's saved tensors is caught."""
+and checked so that a graph baking one call's saved tensors is caught. By default a graph is
+installed only where torch's backward falls back under vmap; the tests of the graph's own
+mechanics use functions whose backward does not, so they install it always."""
 
 from __future__ import annotations
 
@@ -71,7 +73,7 @@ def test_one_graph_serves_every_call_of_a_signature():
 
 def test_the_cache_is_bounded(monkeypatch):
     monkeypatch.setattr(tb, "CACHE_SIZE", 2)
-    st = TracedBackward()
+    st = TracedBackward(install="always")
     for n in (3, 4, 5):
         _run(st, lambda x: (x.sin(),), [_randn(B, n, seed=n), _randn(B, n, seed=n + 1)], (0, 0), 1)
     assert st.trace_count == 3 and len(st.cached()) == 2
@@ -127,7 +129,7 @@ def test_vjp_of_vjp():
         out, vjp2 = vjp(inner, x)
         return out, vjp2(outer)[0]
 
-    st = TracedBackward()
+    st = TracedBackward(install="always")
     with provenance.collecting() as events:
         got = second(st.vjp)
     assert [e.mechanism for e in events if e.strategy == st.name] == [tb.GRAPH]
@@ -150,7 +152,7 @@ def test_random_ops_are_refused_and_the_saved_draw_is_used():
     fn = lambda t: (t * torch.rand_like(t),)  # noqa: E731
     x = _randn(5, seed=1)
     torch.manual_seed(0)
-    st = TracedBackward()
+    st = TracedBackward(install="always")
     _, vjp_fn = st.vjp(fn, x)
     cts = _randn(B, 5, seed=9)
     with provenance.collecting() as events:
@@ -179,7 +181,7 @@ def test_data_dependent_control_flow_falls_back_with_the_reason():
     """A branch on a value cannot be traced with fake tensors (a graph would bake one branch).
     Data-dependent *ops* (``.item()``, ``nonzero``, ``masked_select``) trace in torch 2.13 as
     unbacked sizes and run as eager does, so they are not refused (the check compares them)."""
-    st = TracedBackward()
+    st = TracedBackward(install="always")
     fn = lambda t: (t * 2,) if t.sum() > 0 else (t * 3,)  # noqa: E731
     x, cts = _randn(6, seed=1), _randn(B, 6, seed=9)
     _, vjp_fn = st.vjp(fn, x)
@@ -218,7 +220,7 @@ def test_a_graph_baking_the_saved_tensors_is_caught_by_the_check(monkeypatch):
     x1, x2, cts = _randn(5, seed=1), _randn(5, seed=2), _randn(B, 5, seed=3)
     want2 = torch.stack([vjp(fn, x2)[1]((c,))[0] for c in cts])
     for check in (False, True):
-        st = TracedBackward(check=check)
+        st = TracedBackward(check=check, install="always")
         for x in (x1, x2):  # the second call hits the graph traced for the first
             _, vjp_fn = st.vjp(fn, x)
             with provenance.collecting() as events:
@@ -230,7 +232,7 @@ def test_a_graph_baking_the_saved_tensors_is_caught_by_the_check(monkeypatch):
         else:
             assert ev.mechanism == tb.GRAPH and not torch.allclose(got, want2)
     monkeypatch.setattr(tb, "trace_joint", real)
-    st = TracedBackward()  # the real tracer: right for both primals, one graph
+    st = TracedBackward(install="always")  # the real tracer: right for both primals, one graph
     for x in (x1, x2):
         _, vjp_fn = st.vjp(fn, x)
         got = vmap(vjp_fn)((cts,))[0]
@@ -240,7 +242,7 @@ def test_a_graph_baking_the_saved_tensors_is_caught_by_the_check(monkeypatch):
 
 def test_a_captured_batched_tensor_falls_back():
     """A tensor fn captures (not a primal or an input) cannot be a fake tensor: tracing raises."""
-    st = TracedBackward()
+    st = TracedBackward(install="always")
 
     def h(x, w, c):
         _, vjp_fn = st.vjp(lambda a: (a * w,), x)
@@ -292,7 +294,7 @@ def test_an_elided_graph_failing_the_check_runs_un_elided(monkeypatch):
     for mutate in (False, True):
         if mutate:
             monkeypatch.setattr(elide, "elide_copies", broken)
-        st = TracedBackward()
+        st = TracedBackward(install="always")
         with batching.scoped_rules():  # its backward writes through as_strided_scatter
             got, events = _run(st, _copy_slices, batched, (0, 0, 0), 2)
         (ev,) = events

@@ -4,7 +4,8 @@ Everything under ``torch._C._functorch`` and the functionalization wrappers is r
 this module, so a torch upgrade touches one file. Functions are thin and named for what they
 mean to funcbwd, not for the private symbol they call. torch.compile's private parts (dynamo,
 its backends) are in :mod:`funcbwd.internals.dynamo`; the dispatcher and registry helpers in
-:mod:`funcbwd.internals.dispatcher` (re-exported here).
+:mod:`funcbwd.internals.dispatcher` and torch's decompositions in :mod:`funcbwd.internals.decomp`
+(both re-exported here).
 """
 
 from __future__ import annotations
@@ -345,6 +346,10 @@ from funcbwd.internals.dispatcher import (  # noqa: E402,F401
     overload_binding,
     fx_sources_dropped,
 )
+
+
+# torch's decompositions (funcbwd.fx.fallback_free), re-exported
+from funcbwd.internals.decomp import decomposition, fallback_op_in, retrace_decomposed  # noqa: E402,F401
 
 
 # in-place under vmap (funcbwd.tool.inplace), re-exported

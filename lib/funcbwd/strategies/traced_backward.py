@@ -1,28 +1,41 @@
 """``traced_backward``: ``traced``'s idea applied to torch's *own* backward nodes, one graph per
-signature.
+signature, installed where torch's backward takes vmap's slow per-sample fallback.
 
 :meth:`TracedBackward.vjp` runs the forward eagerly (``torch.func.vjp``: ``out`` and the eager
 ``vjp_fn`` come from there) and returns a ``vjp_fn`` that, under vmap, runs a **joint graph**
-instead of the eager backward: ``torch.func.vjp(fn, *primals)[1](cotangents)`` traced once per
-signature by :func:`trace_joint` (``make_fx(functionalize(joint), tracing_mode="fake")`` on fake
-tensors of the logical shapes, strides and dtypes, outside every transform:
-:func:`funcbwd.internals.cleared_functorch_state`), so the graph's inputs are the primals, the
-non-differentiated tensor ``inputs`` and the cotangents, and nothing the forward saved is baked
-into it. The graph is out-of-place aten ops (every node of torch's C++ backward formulas, the
-forward recomputed); its ``aten.copy`` nodes are elided (:func:`funcbwd.fx.elide.elide_copies`),
-its ``select_scatter`` rewritten as ``slice_scatter`` (:mod:`funcbwd.fx.select_scatter`: the
-batched form's gradient is wrong), its ``view`` nodes run as ``reshape`` (:func:`reshape_views`:
-the trace chose them on unbatched strides), dead nodes dropped, and it runs on the call's
+instead of the eager backward where that backward falls back. **Where**: the first call of a
+signature runs torch's backward with vmap's fallback disabled; if it runs, it is the answer and
+the signature is cached as :class:`Passthrough` (torch's backward runs as is from then on,
+provenance :data:`PASSTHROUGH`); if it raises (an op would fall back, or it fails) a graph is
+built. ``install="always"`` builds one for every signature.
+
+**The graph**: ``torch.func.vjp(fn, *primals)[1](cotangents)`` with the forward's outputs,
+traced once per signature by :func:`trace_joint` (``make_fx(functionalize(joint),
+tracing_mode="fake")`` on fake tensors of the logical shapes, strides and dtypes, outside every
+transform: :func:`funcbwd.internals.cleared_functorch_state`). Its passes:
+:func:`funcbwd.fx.fallback_free.forward_outputs_as_inputs` (the forward's outputs become graph
+inputs, fed the eager forward's outputs: the forward is recomputed only for values it did not
+return), :func:`funcbwd.fx.fallback_free.decompose_fallbacks` (every node vmap would run through
+its per-sample fallback decomposed with torch's decompositions, checked by running the graph
+once under vmap with the fallback disabled; what is left is named with why:
+:class:`funcbwd.fx.fallback_free.FallbackReport`), ``aten.copy`` nodes elided
+(:func:`funcbwd.fx.elide.elide_copies`), ``select_scatter`` rewritten as ``slice_scatter``
+(:mod:`funcbwd.fx.select_scatter`: the batched form's gradient is wrong), ``view`` nodes run as
+``reshape`` (:func:`reshape_views`: the trace chose them on unbatched strides), dead nodes
+dropped. The graph's inputs are the primals, the non-differentiated tensor ``inputs``, the
+cotangents and the outputs; nothing the forward saved is baked into it. It runs on the call's
 (batched or grad-tracking) tensors, its grads summed to the primals' shapes where a batch rule's
 differ (:func:`reduced_to`: the autograd engine's own step, which the graph bypasses): vmap
-batches the primals, the inputs and the cotangents alike, and an outer ``vjp``/``grad``
-differentiates the graph (vjp of vjp). Outside vmap the eager ``vjp_fn`` runs as written.
+batches them alike, and an outer ``vjp``/``grad`` differentiates the graph (vjp of vjp; the
+outputs carry the eager forward's own derivative). Outside vmap the eager ``vjp_fn`` runs as
+written.
 
-Cache: per ``fn`` (by identity: what ``fn`` captures, tensors included, is part of its graph)
-and signature (shapes, strides, dtypes and devices of the tensors, values of the non-tensor
-leaves, the pytree structures), least recently used first out beyond :data:`CACHE_SIZE`. A
-caller that wants graphs reused must pass the same ``fn`` object; tensors it varies must be
-primals or ``inputs``, not captured (a captured *batched* tensor makes tracing raise: fallback).
+Cache: per function (:func:`funcbwd.fx.joint.function_key`: its code, and what it closes over,
+captured tensors by identity: a fresh closure of the same code over the same objects hits the
+same graph) and signature (shapes, strides, dtypes and devices of the tensors, values of the
+non-tensor leaves, the pytree structures), least recently used first out beyond
+:data:`CACHE_SIZE`. Tensors a caller varies must be primals or ``inputs``, not captured (a
+captured *batched* tensor makes tracing raise: fallback).
 
 Refused (the ``vjp_fn`` then runs under ``torch.func.functionalize``, ``whole``'s mechanism, with
 provenance :data:`FALLBACK` and the reason; the refusal is cached per signature):
@@ -31,30 +44,31 @@ provenance :data:`FALLBACK` and the reason; the refusal is cached per signature)
   ``zeros.numel()``: fake tracing's data-dependent guard). Data-dependent *ops* (``.item()``,
   ``nonzero``, ``masked_select``) trace in torch 2.13 as unbacked sizes and run as eager does (the
   check compares them); under vmap they fail as eager does;
-* a random op (``nondeterministic_seeded``) anywhere in the traced graph: the graph recomputes
-  the forward, so it would draw new random numbers and differentiate another function;
+* a random op (``nondeterministic_seeded``) among the nodes the backward needs beyond the
+  forward's outputs: the graph would draw new random numbers and differentiate another function;
 * an op that mutates (``fn`` writes into its inputs: the graph would write into the caller's
   tensors);
 * the graph check fails: each new graph is run once, outside every transform, on seeded inputs
   of its signature (floating tensors random normal, others the call's per-sample values:
-  :func:`funcbwd.internals.one_sample`) and compared with the eager joint (torch's own
-  ``vjp``) on the same inputs: output structure, shapes, dtypes and values (the dtype's default
-  ``torch.testing.assert_close`` tolerance, NaN equal to NaN). The elided graph is checked first;
-  if it differs the un-elided graph is checked and, if it matches, runs (provenance
-  :data:`UNELIDED`). Where the eager vjp raises on the random values (an input domain, e.g. a
-  positive-definite matrix) the check runs on the call's own per-sample values instead, which
-  cannot tell a graph that baked those values in; where it raises on both it is inconclusive
-  and the graph is refused. One draw per signature, not a proof.
+  :func:`funcbwd.internals.one_sample`; the outputs computed from them by ``fn``) and compared
+  with the eager joint (torch's own ``vjp``) on the same inputs: output structure, shapes, dtypes
+  and values (the dtype's default ``torch.testing.assert_close`` tolerance, NaN equal to NaN).
+  The elided graph is checked first; if it differs the un-elided graph is checked and, if it
+  matches, runs (provenance :data:`UNELIDED`). Where the eager vjp raises on the random values
+  (an input domain, e.g. a positive-definite matrix) the check runs on the call's own per-sample
+  values instead, which cannot tell a graph that baked those values in; where it raises on both
+  it is inconclusive and the graph is refused. One draw per signature, not a proof.
 
 Cost: the eager forward runs as written under vmap (an op of it without a batching rule still
-takes the slow fallback there), and the graph recomputes what of the forward the backward needs
-(twice the fallback where that op is needed); the graph's ops are called from Python, one call
-each. :mod:`funcbwd.studies.coverage.fallback_speedup` measures what that leaves of the speedup
-(``data/fallback-speedup.json``). Conservative refusals: an op tagged ``nondeterministic_seeded``
-for an argument it may not use (CPU flash attention at ``dropout_p=0``) is refused all the same.
+takes the slow fallback there: traced_backward acts on the backward only); the graph's ops are
+called from Python, one call each; a passthrough call costs a key and a lookup.
+:mod:`funcbwd.studies.coverage.fallback_speedup` measures it (``data/fallback-speedup.json``).
+Conservative refusals: an op tagged ``nondeterministic_seeded`` for an argument it may not use
+(CPU flash attention at ``dropout_p=0``) is refused all the same.
 
-Provenance: :data:`GRAPH` (ran=True, detail: nodes, copies elided, check) when a graph runs;
-:data:`FALLBACK` (ran=False, detail: the reason); :data:`PLAIN` outside vmap.
+Provenance: :data:`GRAPH` (ran=True, detail: nodes, copies elided, decomposed and left fallback
+ops, check) when a graph runs; :data:`PASSTHROUGH` (ran=False) where torch's backward needs
+none; :data:`FALLBACK` (ran=False, detail: the reason); :data:`PLAIN` outside vmap.
 :attr:`TracedBackward.trace_seconds` keeps the time each new signature took (trace, passes, check,
 compile), :attr:`TracedBackward.trace_count` how many signatures were traced.
 """
@@ -76,9 +90,12 @@ from torch.utils import _pytree as pytree
 
 from funcbwd import internals
 from funcbwd.errors import first_line
-from funcbwd.fx import codegen, elide
+from funcbwd.fx import codegen, elide, fallback_free
 from funcbwd.fx.formula_graphs import (blank, bindings_equivalent, flatten_args, positional_key,
                                        tensor_spec)
+from funcbwd.fx.joint import (CHECK_SEED, _tensor_positions, check_graph, check_inputs,  # noqa: F401
+                              compare, forward_function, function_key, joint_function,
+                              joint_with_outputs, reshape_views, tensor_leaves, trace_joint)
 from funcbwd.fx.select_scatter import rewrite_select_scatter
 from funcbwd.strategies import provenance
 from funcbwd.strategies.base import Strategy
@@ -87,49 +104,11 @@ GRAPH = "traced backward graph ran"
 UNELIDED = "traced backward graph ran (un-elided: the elided graph failed the check)"
 FALLBACK = "no graph: vjp_fn functionalized as whole does"
 PLAIN = "vjp_fn ran as written (no vmap level)"
+PASSTHROUGH = "torch's backward ran as is (no per-sample fallback to remove)"
+#: the values of :attr:`TracedBackward.install`
+INSTALL = ("fallback", "always")
 #: signatures (over all functions) whose graphs or refusals are kept
 CACHE_SIZE = 256
-CHECK_SEED = 0
-
-
-# ------------------------------------------------------------------------------ the joint function
-def joint_function(fn: Callable, primal_spec: Any, n_primals: int, input_spec: Any,
-                   n_inputs: int, cotangent_spec: Any) -> Callable[..., tuple]:
-    """``joint(*flat) -> grads (flat)``: ``torch.func.vjp(fn, *primals)[1](cotangents)`` with
-    ``fn(*primals, *inputs)``, where ``flat`` is the primals' leaves, the inputs' leaves and the
-    cotangents' leaves (rebuilt with the given pytree specs)."""
-
-    def joint(*flat: Any) -> tuple:
-        primals = pytree.tree_unflatten(list(flat[:n_primals]), primal_spec)
-        inputs = pytree.tree_unflatten(list(flat[n_primals:n_primals + n_inputs]), input_spec)
-        cts = pytree.tree_unflatten(list(flat[n_primals + n_inputs:]), cotangent_spec)
-        _, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
-        return tuple(pytree.tree_leaves(vjp_fn(cts)))
-
-    return joint
-
-
-def _tensor_positions(flat: Sequence[Any]) -> list[int]:
-    return [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor)]
-
-
-def trace_joint(joint: Callable[..., tuple], flat: Sequence[Any]) -> torch.fx.GraphModule:
-    """make_fx graph of ``functionalize(joint)`` whose placeholders are the tensors of ``flat``
-    (fake tensors of their logical shapes, strides and dtypes; the other leaves are baked in),
-    traced outside every transform. Tensors ``joint`` captures become constants. Raises what
-    tracing raises (a data-dependent op)."""
-    flat = list(flat)
-    tpos = _tensor_positions(flat)
-    specs = [tensor_spec(flat[p]) for p in tpos]  # logical: read before leaving the transforms
-
-    def of_tensors(*tensors: torch.Tensor) -> tuple:
-        full = list(flat)
-        for p, t in zip(tpos, tensors):
-            full[p] = t
-        return joint(*full)
-
-    with internals.cleared_functorch_state():
-        return internals.fake_trace(torch.func.functionalize(of_tensors), *[blank(s) for s in specs])
 
 
 # ------------------------------------------------------------------------------ refusals and the check
@@ -150,97 +129,19 @@ def refusal(gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
-def check_inputs(flat: Sequence[Any], seed: int = CHECK_SEED, random: bool = True) -> list:
-    """Plain leaves of ``flat``'s signature: floating tensors random normal (``random``) or the
-    call's per-sample values, other tensors the call's per-sample values (indices, masks stay
-    valid), non-tensors as they are."""
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for a in flat:
-        if not isinstance(a, torch.Tensor):
-            out.append(a)
-            continue
-        spec = tensor_spec(a)
-        if random and (a.is_floating_point() or a.is_complex()):
-            out.append(blank(spec, gen))
-            continue
-        value, fresh = internals.one_sample(a), blank(spec)  # zeros in the traced layout
-        try:
-            out.append(fresh.copy_(value))
-        except RuntimeError:  # an overlapping layout (stride 0) cannot be written: keep the view
-            out.append(value)
-    return out
-
-
-def compare(got: Sequence[Any], want: Sequence[Any]) -> str:
-    """'' if ``got`` matches ``want`` (count, shapes, dtypes, values at the dtype's tolerance,
-    NaN equal), else the first difference."""
-    if len(got) != len(want):
-        return f"{len(got)} grads != {len(want)}"
-    for i, (g, w) in enumerate(zip(got, want)):
-        if (tuple(g.shape), g.dtype) != (tuple(w.shape), w.dtype):
-            return f"grad {i}: {tuple(g.shape)} {g.dtype} != {tuple(w.shape)} {w.dtype}"
-        try:
-            torch.testing.assert_close(g, w, equal_nan=True)
-        except AssertionError as e:
-            return f"grad {i}: values differ ({first_line(str(e), 120)})"
-    return ""
-
-
-def check_graph(run: Callable[[Sequence[Any]], Any], joint: Callable[..., tuple],
-                flat: Sequence[Any]) -> tuple[bool, str]:
-    """(ok, detail): ``run`` against the eager ``joint`` on :func:`check_inputs` of ``flat``
-    (random values; the call's own where the eager vjp raises on them), outside every transform."""
-    why = ""
-    for random in (True, False):
-        where = f"seeded inputs (seed {CHECK_SEED})" if random else "the call's per-sample values"
-        with internals.cleared_functorch_state():
-            inputs = check_inputs(flat, random=random)
-            try:
-                want = [w.detach() for w in joint(*inputs)]
-            except Exception as e:  # noqa: BLE001 - the eager vjp rejects these values
-                why = f"the eager vjp raised on {where}: {type(e).__name__}: {first_line(str(e), 100)}"
-                continue
-            try:
-                with torch.no_grad():
-                    got = list(run(inputs))
-            except Exception as e:  # noqa: BLE001 - the graph breaks where eager runs
-                return False, f"the graph raised on {where}: {type(e).__name__}: {first_line(str(e), 100)}"
-        diff = compare(got, want)
-        return (not diff), (f"differs from the eager vjp on {where}: {diff}" if diff
-                            else f"matches the eager vjp on {where}")
-    return False, f"check inconclusive: {why}"
-
-
-def reshape_views(gm: torch.fx.GraphModule) -> int:
-    """Every ``aten.view.default`` of ``gm`` as ``aten.reshape.default``, in place; returns how
-    many. make_fx records a ``reshape`` (a C++ formula's, a decomposition's) as the ``view`` it
-    took on the trace's unbatched fake tensors, a choice made on their strides. Under vmap an
-    intermediate's per-sample strides follow the batched physical tensor (an elementwise op
-    keeps a cotangent's batch dim in the middle), so the recorded view can fail where eager's
-    reshape copies ("view size is not compatible", stft's backward with in_dims -1). The graph is
-    functional (mutating graphs are refused), so a copy instead of a view changes no value, and
-    where the view is possible reshape returns that same view."""
-    count = 0
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is torch.ops.aten.view.default:
-            node.target = torch.ops.aten.reshape.default
-            count += 1
-    if count:
-        gm.recompile()
-    return count
-
-
 # ------------------------------------------------------------------------------ one signature
 @dataclasses.dataclass(frozen=True)
 class JointGraph:
-    """The graph that runs for one signature: ``run(flat) -> grads (flat)``."""
+    """The graph that runs for one signature: ``run(flat) -> grads (flat)``, ``flat`` the
+    primals', inputs' and cotangents' leaves, then the forward's tensor outputs."""
 
     graph: torch.fx.GraphModule
     run: Callable[[Sequence[Any]], Any]
     #: the provenance text: :data:`GRAPH`, or :data:`UNELIDED` when the elided graph was refused
     mechanism: str
     detail: str
+    #: what :func:`funcbwd.fx.fallback_free.decompose_fallbacks` did (decomposed, left, probe)
+    fallbacks: fallback_free.FallbackReport = fallback_free.FallbackReport()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,51 +151,97 @@ class Refused:
     reason: str
 
 
-def build(joint: Callable[..., tuple], flat: Sequence[Any], check: bool = True
-          ) -> JointGraph | Refused:
+@dataclasses.dataclass(frozen=True)
+class Passthrough:
+    """A cached decision not to install a graph: torch's backward, run once under vmap with the
+    per-sample fallback disabled, neither fell back nor raised for this signature."""
+
+    reason: str = "torch's backward takes no per-sample fallback here"
+
+
+@dataclasses.dataclass(frozen=True)
+class JointCall:
+    """What one signature's graph is built from: ``traced`` (:func:`joint_with_outputs`) is
+    traced on ``flat`` (primals', inputs', cotangents' leaves); ``joint`` (grads only) and
+    ``forward`` (the outputs) are the eager references of the check; ``outputs``: the call's
+    forward outputs (graph inputs); ``batched``: which tensors of ``flat`` + ``outputs`` the call
+    batches (the fallback probe batches the same)."""
+
+    traced: Callable[..., tuple]
+    joint: Callable[..., tuple]
+    forward: Callable[..., list]
+    flat: tuple
+    outputs: tuple = ()
+    batched: tuple = ()
+
+
+def build(call: JointCall, check: bool = True, decompose: bool = True) -> JointGraph | Refused:
     """:func:`_build` outside every transform: the elision pass runs ops on the trace's fake
     tensors, which under a jvp level (vmapjvpvjp) corrupts the dispatch TLS on torch 2.13."""
-    specs = [tensor_spec(a) if isinstance(a, torch.Tensor) else a for a in flat]  # logical, read here
+    full = (*call.flat, *call.outputs)
+    specs = [tensor_spec(a) if isinstance(a, torch.Tensor) else a for a in full]  # logical, read here
     with internals.cleared_functorch_state():
-        return _build(joint, flat, specs, check)
+        return _build(call, specs, check, decompose)
 
 
-def _build(joint: Callable[..., tuple], flat: Sequence[Any], logical: Sequence[Any],
-           check: bool = True) -> JointGraph | Refused:
-    """Trace ``joint`` for ``flat``'s signature (:func:`trace_joint`), refuse it
-    (:func:`refusal`), drop dead nodes, elide copies and rewrite ``select_scatter`` on a copy,
-    check (unless ``check`` is False) and compile the graph that runs."""
+def _build(call: JointCall, logical: Sequence[Any], check: bool = True, decompose: bool = True
+           ) -> JointGraph | Refused:
+    """Trace ``call.traced`` for ``call.flat``'s signature (:func:`trace_joint`), make the
+    forward's outputs graph inputs, refuse it (:func:`refusal`), decompose the nodes that fall
+    back under vmap (unless ``decompose`` is False), elide copies and rewrite ``select_scatter``
+    on a copy, check (unless ``check`` is False) and compile the graph that runs."""
+    flat, n_out = call.flat, len(call.outputs)
     try:
-        traced = trace_joint(joint, flat)
+        traced = trace_joint(call.traced, flat)
     except Exception as e:  # noqa: BLE001 - untraceable: the fallback says why
         return Refused(f"untraceable: {type(e).__name__}: {first_line(str(e), 160)}")
-    why = refusal(traced)
+    fallback_free.forward_outputs_as_inputs(traced, n_out)
+    why = refusal(traced)  # on what runs: a random op the backward no longer needs is not drawn
     if why:
         return Refused(why)
-    traced.graph.eliminate_dead_code()
-    traced.recompile()
+    full = (*flat, *call.outputs)
+    tpos = _tensor_positions(full)
+    specs = [logical[p] for p in tpos]
+    report = fallback_free.FallbackReport(probe="decomposition off")
+    if decompose:
+        sample = check_inputs(full)
+        batched = [call.batched[p] if p < len(call.batched) else False for p in tpos]
+        traced, report = fallback_free.decompose_fallbacks(traced, [sample[p] for p in tpos], batched)
     elided = copy.deepcopy(traced)
-    report = elide.elide_copies(elided)  # first: it sees select_scatter's src as read for values
+    elision = elide.elide_copies(elided)  # first: it sees select_scatter's src as read for values
     rewrites = rewrite_select_scatter(elided)
     rewrite_select_scatter(traced)
-    tpos = _tensor_positions(flat)
-    specs = [logical[p] for p in tpos]
+    forward = call.forward
+
     tried = []
-    for gm, is_elided in ((elided, True), (traced, False))[: 2 if report.count else 1]:
+    for gm, is_elided in ((elided, True), (traced, False))[: 2 if elision.count else 1]:
         # bindings checked before the view rewrite: aten.reshape has one overload, so its binding
         # binds it, but re-tracing the binding records the view it decomposes to
         bindings = bindings_equivalent(gm, specs)
         reshaped = reshape_views(gm)
         run = codegen.compile_graph(gm, tpos, "traced_backward", bindings)
-        ok, detail = check_graph(run, joint, flat) if check else (True, "not checked")
+        ok, detail = (check_graph(lambda ins, run=run: run([*ins, *forward(*ins)]), call.joint, flat)
+                      if check else (True, "not checked"))
         tried.append(detail)
         if ok:
             nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
-            text = (f"{nodes} ops, {report.count if is_elided else 0} copies elided"
+            text = (f"{nodes} ops, {elision.count if is_elided else 0} copies elided"
                     + (f", {rewrites} select_scatter rewritten" if rewrites else "")
-                    + (f", {reshaped} views as reshape" if reshaped else "") + f"; {detail}")
-            return JointGraph(gm, run, GRAPH if is_elided else UNELIDED, text)
+                    + (f", {reshaped} views as reshape" if reshaped else "")
+                    + f"; {report.text()}; {detail}")
+            return JointGraph(gm, run, GRAPH if is_elided else UNELIDED, text, report)
     return Refused("graph check failed: " + "; un-elided: ".join(tried))
+
+
+def _flatten(tree: Any) -> tuple[list, Any]:
+    """(leaves, structure key): a tuple of plain tensors (the common case) keyed by its length
+    (an int) without a pytree walk; anything else by its pytree spec's text."""
+    if type(tree) is tuple and all(type(t) is torch.Tensor for t in tree):
+        return list(tree), len(tree)
+    if type(tree) is torch.Tensor:
+        return [tree], "tensor"
+    leaves, spec = pytree.tree_flatten(tree)
+    return leaves, str(spec)
 
 
 def reduced_to(grad: Any, primal: Any) -> Any:
@@ -326,17 +273,36 @@ class TracedBackward(Strategy):
     #: :meth:`vjp` takes ``inputs``: tensors ``fn`` reads that are not differentiated
     takes_inputs = True
 
-    def __init__(self, check: bool = True) -> None:
+    def __init__(self, check: bool = True, install: str = "fallback", decompose: bool = True) -> None:
         #: False only to show what the check catches (tests): every graph is trusted
         self.check = check
+        if install not in INSTALL:
+            raise ValueError(f"install must be one of {INSTALL}, not {install!r}")
+        #: "fallback": a graph only where torch's backward falls back or raises under vmap
+        #: (:class:`Passthrough` elsewhere); "always": a graph for every signature
+        self.install = install
+        #: False only to show what the decomposition pass removes (tests, the study's mutation)
+        self.decompose = decompose
         self._lock = threading.Lock()
-        self._cache: collections.OrderedDict[tuple, JointGraph | Refused] = collections.OrderedDict()
+        self._cache: collections.OrderedDict[tuple, JointGraph | Refused | Passthrough] = \
+            collections.OrderedDict()
         self.trace_seconds: list[float] = []
         self.trace_count = 0
         self._tracing = 0
 
-    def entry(self, key: tuple, joint: Callable[..., tuple], flat: Sequence[Any]
-              ) -> JointGraph | Refused:
+    def lookup(self, key: tuple) -> JointGraph | Refused | Passthrough | None:
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+            return hit
+
+    def _store(self, key: tuple, hit: Any) -> None:
+        self._cache[key] = hit
+        while len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+
+    def entry(self, key: tuple, call: JointCall) -> JointGraph | Refused | Passthrough:
         """The cached graph (or refusal) for ``key``, built on first use."""
         with self._lock:  # make_fx is not re-entrant; building once per key needs the lock too
             hit = self._cache.get(key)
@@ -348,7 +314,7 @@ class TracedBackward(Strategy):
             before = internals.dispatch_state()
             try:
                 self.trace_count += 1
-                hit = build(joint, flat, self.check)
+                hit = build(call, self.check, self.decompose)
             finally:
                 self._tracing -= 1
                 after = internals.dispatch_state()
@@ -359,12 +325,10 @@ class TracedBackward(Strategy):
                     hit = Refused(f"tracing changed the dispatch state ({before.describe_difference(after)[:120]}); "
                                   "restored, graph not used")
             self.trace_seconds.append(time.perf_counter() - start)
-            self._cache[key] = hit
-            while len(self._cache) > CACHE_SIZE:
-                self._cache.popitem(last=False)
+            self._store(key, hit)
             return hit
 
-    def cached(self) -> list[JointGraph | Refused]:
+    def cached(self) -> list[JointGraph | Refused | Passthrough]:
         with self._lock:
             return list(self._cache.values())
 
@@ -377,27 +341,55 @@ class TracedBackward(Strategy):
         tensors and constants ``fn`` reads but is not differentiated for, e.g. indices)."""
         inputs = tuple(inputs)
         out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
-        p_leaves, p_spec = pytree.tree_flatten(primals)
-        i_leaves, i_spec = pytree.tree_flatten(inputs)
+        p_leaves, p_key = _flatten(primals)
+        i_leaves, i_key = _flatten(inputs)
+        f_key = function_key(fn)
 
         def traced_vjp_fn(cotangents: Any) -> Any:
             if not internals.vmap_active():
                 provenance.record(self.name, PLAIN, False)
                 return vjp_fn(cotangents)
-            c_leaves, c_spec = pytree.tree_flatten(cotangents)
+            c_leaves, c_key = _flatten(cotangents)
             flat = (*p_leaves, *i_leaves, *c_leaves)
-            sig = positional_key(flat)
+            outputs = tuple(_flatten(out)[0] if type(out) is tuple or type(out) is torch.Tensor
+                            else tensor_leaves(out))
+            outputs = tuple(t for t in outputs if isinstance(t, torch.Tensor))
+            full = (*flat, *outputs)
+            sig = positional_key(full)
             if sig is None:
-                sig = flatten_args(flat).key
-            key = (fn, str(p_spec), str(i_spec), str(c_spec), sig)
-            joint = joint_function(fn, p_spec, len(p_leaves), i_spec, len(i_leaves), c_spec)
-            hit = self.entry(key, joint, flat)
+                sig = flatten_args(full).key
+            key = (f_key, p_key, i_key, c_key, sig)
+            hit = self.lookup(key)
+            if isinstance(hit, Passthrough):
+                provenance.record(self.name, PASSTHROUGH, False, hit.reason)
+                return vjp_fn(cotangents)
+            why = ""
+            if hit is None and self.install == "fallback":
+                try:  # the first call of a signature: does torch's backward fall back (or raise)?
+                    with internals.vmap_fallback_disabled():
+                        grads = vjp_fn(cotangents)
+                except Exception as e:  # noqa: BLE001 - it falls back or fails: a graph is built
+                    why = f"torch's backward under vmap: {type(e).__name__}: {first_line(str(e), 100)}"
+                else:
+                    with self._lock:
+                        self._store(key, Passthrough())
+                    provenance.record(self.name, PASSTHROUGH, False, Passthrough().reason)
+                    return grads
+            p_spec = pytree.tree_structure(primals)
+            if hit is None:
+                i_spec, c_spec = pytree.tree_structure(inputs), pytree.tree_structure(cotangents)
+                n_p, n_i = len(p_leaves), len(i_leaves)
+                hit = self.entry(key, JointCall(
+                    joint_with_outputs(fn, p_spec, n_p, i_spec, n_i, c_spec),
+                    joint_function(fn, p_spec, n_p, i_spec, n_i, c_spec),
+                    forward_function(fn, p_spec, n_p, i_spec, n_i), flat, outputs,
+                    tuple(isinstance(t, torch.Tensor) and internals.is_batched(t) for t in full)))
             if isinstance(hit, Refused):
                 provenance.record(self.name, FALLBACK, False, hit.reason)
                 return torch.func.functionalize(vjp_fn)(cotangents)
-            provenance.record(self.name, hit.mechanism, True, hit.detail)
-            grads = [reduced_to(g, p) for g, p in zip(hit.run(flat), p_leaves)]
-            return pytree.tree_unflatten(grads, p_spec)
+            provenance.record(self.name, hit.mechanism, True, hit.detail + (f" ({why})" if why else ""))
+            grads = [reduced_to(g, p) for g, p in zip(hit.run(full), p_leaves)]
+            return tuple(grads) if p_key.__class__ is int else pytree.tree_unflatten(grads, p_spec)
 
         return out, self.scoped_backward(traced_vjp_fn)
 

@@ -1,0 +1,274 @@
+"""The joint function of a vjp and its graph: ``torch.func.vjp(fn, *primals)[1](cotangents)`` as a
+function of flat leaves (:func:`joint_function`; :func:`joint_with_outputs` returns the forward's
+outputs too), traced once per signature into a functionalized make_fx graph
+(:func:`trace_joint`), and what keys that graph (:func:`function_key`). [traced_backward]
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import weakref
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from funcbwd import internals
+from funcbwd.errors import first_line
+from funcbwd.fx.formula_graphs import blank, tensor_spec
+
+
+# ------------------------------------------------------------------------------ the joint function
+def joint_function(fn: Callable, primal_spec: Any, n_primals: int, input_spec: Any,
+                   n_inputs: int, cotangent_spec: Any) -> Callable[..., tuple]:
+    """``joint(*flat) -> grads (flat)``: ``torch.func.vjp(fn, *primals)[1](cotangents)`` with
+    ``fn(*primals, *inputs)``, where ``flat`` is the primals' leaves, the inputs' leaves and the
+    cotangents' leaves (rebuilt with the given pytree specs)."""
+
+    def joint(*flat: Any) -> tuple:
+        primals = pytree.tree_unflatten(list(flat[:n_primals]), primal_spec)
+        inputs = pytree.tree_unflatten(list(flat[n_primals:n_primals + n_inputs]), input_spec)
+        cts = pytree.tree_unflatten(list(flat[n_primals + n_inputs:]), cotangent_spec)
+        _, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
+        return tuple(pytree.tree_leaves(vjp_fn(cts)))
+
+    return joint
+
+
+def joint_with_outputs(fn: Callable, primal_spec: Any, n_primals: int, input_spec: Any,
+                       n_inputs: int, cotangent_spec: Any) -> Callable[..., tuple]:
+    """:func:`joint_function` that also returns the forward's tensor outputs, first:
+    ``joint(*flat) -> (*outputs, *grads)`` (what is traced; the outputs are then cut out of the
+    graph and become its inputs: :func:`funcbwd.fx.fallback_free.forward_outputs_as_inputs`)."""
+
+    def joint(*flat: Any) -> tuple:
+        primals = pytree.tree_unflatten(list(flat[:n_primals]), primal_spec)
+        inputs = pytree.tree_unflatten(list(flat[n_primals:n_primals + n_inputs]), input_spec)
+        cts = pytree.tree_unflatten(list(flat[n_primals + n_inputs:]), cotangent_spec)
+        out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
+        return (*tensor_leaves(out), *pytree.tree_leaves(vjp_fn(cts)))
+
+    return joint
+
+
+def forward_function(fn: Callable, primal_spec: Any, n_primals: int, input_spec: Any,
+                     n_inputs: int) -> Callable[..., list]:
+    """``forward(*flat) -> the tensor outputs of fn(*primals, *inputs)`` (no grad), for the
+    check: the graph takes them as inputs."""
+
+    def forward(*flat: Any) -> list:
+        primals = pytree.tree_unflatten(list(flat[:n_primals]), primal_spec)
+        inputs = pytree.tree_unflatten(list(flat[n_primals:n_primals + n_inputs]), input_spec)
+        with torch.no_grad():
+            return tensor_leaves(fn(*primals, *inputs))
+
+    return forward
+
+
+def tensor_leaves(tree: Any) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+_KEYS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def function_key(fn: Any) -> Any:
+    """:func:`key_of` ``fn``, computed once per function object (a function's key is read when
+    it is first seen: rebinding a cell it closes over later is not seen, as with a key by
+    identity)."""
+    try:
+        return _KEYS[fn]
+    except (KeyError, TypeError):
+        pass
+    key = _Key(key_of(fn))
+    try:
+        _KEYS[fn] = key
+    except TypeError:  # not weakly referenceable: computed per call
+        pass
+    return key
+
+
+def key_of(fn: Any, _depth: int = 0) -> Any:
+    """What determines ``fn``'s graph, as a cache key: a Python function by its code, globals,
+    defaults and the cells it closes over (functions among them keyed the same way, scalars by
+    value, every other object by identity: a captured tensor is a graph constant); a
+    ``functools.partial`` by its function and arguments; a bound method by its function and
+    object; anything else by identity. Two closures made by the same ``lambda`` over the same
+    objects share a key (a caller building a fresh closure per call still hits the cache);
+    another captured object is another key."""
+    if _depth > 4:
+        return _Identity(fn)
+    d = _depth + 1
+    if isinstance(fn, functools.partial):
+        return ("partial", key_of(fn.func, d), tuple(_value_key(a, d) for a in fn.args),
+                tuple(sorted((k, _value_key(v, d)) for k, v in fn.keywords.items())))
+    if isinstance(fn, types.MethodType):
+        return ("method", key_of(fn.__func__, d), _value_key(fn.__self__, d))
+    if isinstance(fn, types.FunctionType):
+        cells = tuple(_value_key(c.cell_contents, d) if _filled(c) else ("empty",)
+                      for c in (fn.__closure__ or ()))
+        defaults = tuple(_value_key(v, d) for v in (fn.__defaults__ or ()))
+        kwdefaults = tuple(sorted((k, _value_key(v, d)) for k, v in (fn.__kwdefaults__ or {}).items()))
+        return ("function", fn.__code__, _Identity(fn.__globals__), cells, defaults, kwdefaults)
+    return _Identity(fn)
+
+
+class _Key(tuple):
+    """A function's key: its hash computed once (the parts hash by Python methods)."""
+
+    def __new__(cls, key: Any) -> "_Key":
+        self = super().__new__(cls, (key,))
+        self._hash = hash(key)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+class _Identity:
+    """An object in a key by identity (kept alive with the key, so its id is not reused)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, _Identity) and other.obj is self.obj
+
+
+_VALUE_TYPES = (int, str, bool, type(None), complex, torch.dtype, torch.device, torch.layout,
+                torch.memory_format)
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _value_key(v: Any, depth: int) -> Any:
+    if isinstance(v, (types.FunctionType, functools.partial, types.MethodType)):
+        return key_of(v, depth)
+    if type(v) is float:
+        return ("float", v.hex())
+    if type(v) in _VALUE_TYPES:
+        return (type(v), v)
+    if type(v) in (list, tuple) and depth <= 4:
+        return (type(v).__name__, tuple(_value_key(x, depth + 1) for x in v))
+    return _Identity(v)
+
+
+def _tensor_positions(flat: Sequence[Any]) -> list[int]:
+    return [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor)]
+
+
+def trace_joint(joint: Callable[..., tuple], flat: Sequence[Any]) -> torch.fx.GraphModule:
+    """make_fx graph of ``functionalize(joint)`` whose placeholders are the tensors of ``flat``
+    (fake tensors of their logical shapes, strides and dtypes; the other leaves are baked in),
+    traced outside every transform. Tensors ``joint`` captures become constants. Raises what
+    tracing raises (a data-dependent op)."""
+    flat = list(flat)
+    tpos = _tensor_positions(flat)
+    specs = [tensor_spec(flat[p]) for p in tpos]  # logical: read before leaving the transforms
+
+    def of_tensors(*tensors: torch.Tensor) -> tuple:
+        full = list(flat)
+        for p, t in zip(tpos, tensors):
+            full[p] = t
+        return joint(*full)
+
+    with internals.cleared_functorch_state():
+        return internals.fake_trace(torch.func.functionalize(of_tensors), *[blank(s) for s in specs])
+
+
+# ------------------------------------------------------------------------------ the check
+CHECK_SEED = 0
+
+
+def check_inputs(flat: Sequence[Any], seed: int = CHECK_SEED, random: bool = True) -> list:
+    """Plain leaves of ``flat``'s signature: floating tensors random normal (``random``) or the
+    call's per-sample values, other tensors the call's per-sample values (indices, masks stay
+    valid), non-tensors as they are."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for a in flat:
+        if not isinstance(a, torch.Tensor):
+            out.append(a)
+            continue
+        spec = tensor_spec(a)
+        if random and (a.is_floating_point() or a.is_complex()):
+            out.append(blank(spec, gen))
+            continue
+        value, fresh = internals.one_sample(a), blank(spec)  # zeros in the traced layout
+        try:
+            out.append(fresh.copy_(value))
+        except RuntimeError:  # an overlapping layout (stride 0) cannot be written: keep the view
+            out.append(value)
+    return out
+
+
+def compare(got: Sequence[Any], want: Sequence[Any]) -> str:
+    """'' if ``got`` matches ``want`` (count, shapes, dtypes, values at the dtype's tolerance,
+    NaN equal), else the first difference."""
+    if len(got) != len(want):
+        return f"{len(got)} grads != {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if (tuple(g.shape), g.dtype) != (tuple(w.shape), w.dtype):
+            return f"grad {i}: {tuple(g.shape)} {g.dtype} != {tuple(w.shape)} {w.dtype}"
+        try:
+            torch.testing.assert_close(g, w, equal_nan=True)
+        except AssertionError as e:
+            return f"grad {i}: values differ ({first_line(str(e), 120)})"
+    return ""
+
+
+def check_graph(run: Callable[[Sequence[Any]], Any], joint: Callable[..., tuple],
+                flat: Sequence[Any]) -> tuple[bool, str]:
+    """(ok, detail): ``run`` against the eager ``joint`` on :func:`check_inputs` of ``flat``
+    (random values; the call's own where the eager vjp raises on them), outside every transform."""
+    why = ""
+    for random in (True, False):
+        where = f"seeded inputs (seed {CHECK_SEED})" if random else "the call's per-sample values"
+        with internals.cleared_functorch_state():
+            inputs = check_inputs(flat, random=random)
+            try:
+                want = [w.detach() for w in joint(*inputs)]
+            except Exception as e:  # noqa: BLE001 - the eager vjp rejects these values
+                why = f"the eager vjp raised on {where}: {type(e).__name__}: {first_line(str(e), 100)}"
+                continue
+            try:
+                with torch.no_grad():
+                    got = list(run(inputs))
+            except Exception as e:  # noqa: BLE001 - the graph breaks where eager runs
+                return False, f"the graph raised on {where}: {type(e).__name__}: {first_line(str(e), 100)}"
+        diff = compare(got, want)
+        return (not diff), (f"differs from the eager vjp on {where}: {diff}" if diff
+                            else f"matches the eager vjp on {where}")
+    return False, f"check inconclusive: {why}"
+
+
+def reshape_views(gm: torch.fx.GraphModule) -> int:
+    """Every ``aten.view.default`` of ``gm`` as ``aten.reshape.default``, in place; returns how
+    many. make_fx records a ``reshape`` (a C++ formula's, a decomposition's) as the ``view`` it
+    took on the trace's unbatched fake tensors, a choice made on their strides. Under vmap an
+    intermediate's per-sample strides follow the batched physical tensor (an elementwise op
+    keeps a cotangent's batch dim in the middle), so the recorded view can fail where eager's
+    reshape copies ("view size is not compatible", stft's backward with in_dims -1). The graph is
+    functional (mutating graphs are refused), so a copy instead of a view changes no value, and
+    where the view is possible reshape returns that same view."""
+    count = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.view.default:
+            node.target = torch.ops.aten.reshape.default
+            count += 1
+    if count:
+        gm.recompile()
+    return count

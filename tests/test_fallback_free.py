@@ -1,0 +1,211 @@
+"""traced_backward's graphs without vmap's per-sample fallback (issue 30 item 1): nodes without a
+batching rule decomposed (or named, with why), the forward's outputs as graph inputs (no
+recomputed forward), a graph only where torch's backward falls back, and a cache keyed on what
+determines the graph. Each test also breaks its mechanism and sees the difference."""
+
+from __future__ import annotations
+
+import torch
+from torch.func import vjp, vmap
+
+from funcbwd import internals
+from funcbwd.fx import fallback_free
+from funcbwd.run.outcomes import fallbacks_seen
+from funcbwd.strategies import provenance
+from funcbwd.strategies import traced_backward as tb
+from funcbwd.strategies.traced_backward import TracedBackward
+
+B = 4
+
+
+def _randn(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _unfold(x):
+    return (x.unfold(0, 3, 2),)
+
+
+def _vmapvjp(st, fn, x, cts):
+    """vmap over primals and cotangents of the strategy's vjp: (grads, events, fallback ops)."""
+    def h(a, c):
+        _, vjp_fn = st.vjp(fn, a)
+        return vjp_fn((c,))
+
+    with fallbacks_seen() as seen, provenance.collecting() as events:
+        got = vmap(h)(x, cts)
+    return got, [e for e in events if e.strategy == st.name], seen.ops
+
+
+def _graph(st):
+    (hit,) = [h for h in st.cached() if isinstance(h, tb.JointGraph)]
+    return hit
+
+
+def _ops(gm):
+    return {n.target for n in gm.graph.nodes if n.op == "call_function"}
+
+
+def _loop(fn, x, cts):
+    return torch.stack([vjp(fn, x[b])[1]((cts[b],))[0] for b in range(B)])
+
+
+def test_unfold_backward_is_decomposed_and_nothing_falls_back():
+    """unfold's backward (``unfold_backward``: no batching rule) is decomposed at build time: the
+    graph runs without vmap's fallback. Mutation: without the pass the graph calls it and the
+    fallback is seen."""
+    x, cts = _randn(B, 10, seed=1), _randn(B, 4, 3, seed=2)
+    want = _loop(_unfold, x, cts)
+    for decompose in (True, False):
+        st = TracedBackward(decompose=decompose)
+        (got,), events, fell_back = _vmapvjp(st, _unfold, x, cts)
+        torch.testing.assert_close(got, want)
+        assert [e.mechanism for e in events] == [tb.GRAPH]
+        hit = _graph(st)
+        has = torch.ops.aten.unfold_backward.default in _ops(hit.graph)
+        if decompose:
+            assert not has and fell_back == [], fell_back
+            assert "aten::unfold_backward" in hit.fallbacks.decomposed
+            assert hit.fallbacks.left == () and hit.fallbacks.probe.startswith("no fallback")
+            assert "fallback ops left: none" in events[0].detail
+        else:
+            assert has and fell_back == ["aten::unfold_backward"]
+
+
+def test_the_vmap_probe_finds_what_the_dispatch_table_does_not_say(monkeypatch):
+    """With the static reading of the dispatch table broken (no op 'has no batching rule'), the
+    probe (the graph run once under vmap with the fallback disabled) still names
+    unfold_backward and it is decomposed; with the probe off too, it stays."""
+    monkeypatch.setattr(fallback_free, "_no_batching_rule", lambda name: False)
+    x, cts = _randn(B, 10, seed=1), _randn(B, 4, 3, seed=2)
+    st = TracedBackward()
+    _vmapvjp(st, _unfold, x, cts)
+    hit = _graph(st)
+    assert torch.ops.aten.unfold_backward.default not in _ops(hit.graph)
+    assert "aten::unfold_backward" in hit.fallbacks.decomposed
+    monkeypatch.setattr(fallback_free, "vmap_probe", lambda gm, args, batched: fallback_free.Probe())
+    st = TracedBackward()
+    _vmapvjp(st, _unfold, x, cts)
+    assert torch.ops.aten.unfold_backward.default in _ops(_graph(st).graph)
+
+
+def test_an_op_without_a_decomposition_is_named_with_why(monkeypatch):
+    """Mutation: torch and funcbwd have no decomposition (of anything): unfold_backward stays in
+    the graph and the report names it, with why."""
+    monkeypatch.setattr(fallback_free, "decomposition", lambda op: (None, ""))
+    x, cts = _randn(B, 10, seed=1), _randn(B, 4, 3, seed=2)
+    st = TracedBackward()
+    (got,), events, fell_back = _vmapvjp(st, _unfold, x, cts)
+    torch.testing.assert_close(got, _loop(_unfold, x, cts))
+    hit = _graph(st)
+    assert hit.fallbacks.left == (("aten::unfold_backward", fallback_free.NO_DECOMPOSITION),)
+    assert "aten::unfold_backward (no decomposition" in events[0].detail
+    assert fell_back == ["aten::unfold_backward"]
+
+
+def test_funcbwds_put_decomposition_is_right_and_batched():
+    """take's backward is ``put`` (no batching rule, no torch decomposition): funcbwd's
+    decomposition (index_put on the flattened tensor) equals put, also with negative and
+    repeated indices and accumulate, and has no fallback under vmap."""
+    x = _randn(3, 4, seed=1)
+    idx = torch.tensor([0, -1, 5, 5, -12])
+    src = _randn(5, seed=2)
+    for acc in (False, True):
+        if not acc:  # repeated indices without accumulate: put's winner is unspecified
+            i, s = idx[:3], src[:3]
+        else:
+            i, s = idx, src
+        torch.testing.assert_close(fallback_free._put(x, i, s, acc), torch.put(x, i, s, acc))
+    with internals.vmap_fallback_disabled():  # raises if anything falls back
+        got = vmap(lambda a, j, s: fallback_free._put(a, j, s, True))(
+            _randn(B, 3, 4, seed=3), torch.randint(-12, 12, (B, 5)), _randn(B, 5, seed=4))
+    assert got.shape == (B, 3, 4)
+
+
+def test_the_forward_is_not_recomputed(monkeypatch):
+    """log_ndtr's backward reads its output: the graph takes the eager forward's output as an
+    input and computes no log_ndtr (whose vmap fallback it would pay again). Mutation: outputs
+    dropped from the graph but their nodes kept (the old recomputing joint graph): log_ndtr is
+    a node again. Decomposition off, so only this pass can remove it."""
+    fn = lambda t: (torch.special.log_ndtr(t),)  # noqa: E731
+    x, cts = _randn(B, 6, seed=1), _randn(B, 6, seed=2)
+    want = _loop(fn, x, cts)
+    real = fallback_free.forward_outputs_as_inputs
+
+    def recomputing(gm, n_outputs):
+        real(gm, 0)  # no placeholders for outputs
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        out.args = (tuple(out.args[0][n_outputs:]),)
+        last = [n for n in gm.graph.nodes if n.op == "placeholder"][-1]
+        for i in range(n_outputs):  # the call still passes the outputs: unused placeholders
+            with gm.graph.inserting_after(last):
+                last = gm.graph.placeholder(f"unused_{i}")
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+        return 0
+
+    for mutate in (False, True):
+        if mutate:
+            monkeypatch.setattr(fallback_free, "forward_outputs_as_inputs", recomputing)
+        st = TracedBackward(install="always", decompose=False)
+        (got,), events, _ = _vmapvjp(st, fn, x, cts)
+        torch.testing.assert_close(got, want)
+        assert [e.mechanism for e in events] == [tb.GRAPH]
+        has = torch.ops.aten.special_log_ndtr.default in _ops(_graph(st).graph)
+        assert has == mutate
+
+
+def test_a_graph_only_where_torchs_backward_falls_back():
+    """Default install: sin's backward has batching rules, so torch's backward runs as is (no
+    trace); cummax's falls back, so a graph is built. install='always' (the mutation): sin gets a
+    graph too."""
+    sin = lambda t: (t.sin(),)  # noqa: E731
+    cummax = lambda t: (torch.cummax(t, 0).values,)  # noqa: E731
+    x, cts = _randn(B, 5, seed=1), _randn(B, 5, seed=2)
+    st = TracedBackward()
+    (got,), events, _ = _vmapvjp(st, sin, x, cts)
+    torch.testing.assert_close(got, cts * x.cos())
+    assert [e.mechanism for e in events] == [tb.PASSTHROUGH] and st.trace_count == 0
+    _vmapvjp(st, sin, x, cts)  # cached: no second probe, still no trace
+    assert st.trace_count == 0 and isinstance(st.cached()[0], tb.Passthrough)
+    (got,), events, fell_back = _vmapvjp(st, cummax, x, cts)
+    torch.testing.assert_close(got, _loop(cummax, x, cts))
+    assert [e.mechanism for e in events] == [tb.GRAPH] and st.trace_count == 1
+    assert "cummaxmin_backward hit the vmap fallback" in events[0].detail and fell_back == []
+    always = TracedBackward(install="always")
+    _, events, _ = _vmapvjp(always, sin, x, cts)
+    assert [e.mechanism for e in events] == [tb.GRAPH] and always.trace_count == 1
+
+
+def test_the_cache_is_keyed_on_what_determines_the_graph():
+    """A fresh closure per call (what the fallback-speedup study's composition once built) hits
+    the graph of the first: one trace. A closure over another tensor, or another code, is
+    another graph. Mutation: keyed by the function's identity, every fresh closure re-traces."""
+    w1, w2 = _randn(5, seed=7), _randn(5, seed=8)
+
+    def make(w):
+        return lambda t: (torch.cummax(t * w, 0).values,)
+
+    x, cts = _randn(B, 5, seed=1), _randn(B, 5, seed=2)
+    st = TracedBackward()
+    for _ in range(3):
+        (got,), events, _ = _vmapvjp(st, make(w1), x, cts)
+        assert [e.mechanism for e in events] == [tb.GRAPH]
+    torch.testing.assert_close(got, _loop(make(w1), x, cts))
+    assert st.trace_count == 1
+    (got,), _, _ = _vmapvjp(st, make(w2), x, cts)  # another captured tensor: another graph
+    torch.testing.assert_close(got, _loop(make(w2), x, cts))
+    assert st.trace_count == 2
+    assert tb.function_key(make(w1)) == tb.function_key(make(w1)) != tb.function_key(make(w2))
+    import funcbwd.fx.joint as joint
+    real = joint.key_of
+    try:
+        joint.key_of = lambda fn, _depth=0: joint._Identity(fn)  # the mutation
+        joint._KEYS.clear()
+        st = TracedBackward()
+        for _ in range(3):
+            _vmapvjp(st, make(w1), x, cts)
+        assert st.trace_count == 3
+    finally:
+        joint.key_of = real
+        joint._KEYS.clear()
