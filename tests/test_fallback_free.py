@@ -167,7 +167,10 @@ def test_a_graph_only_where_torchs_backward_falls_back():
     torch.testing.assert_close(got, cts * x.cos())
     assert [e.mechanism for e in events] == [tb.PASSTHROUGH] and st.trace_count == 0
     _vmapvjp(st, sin, x, cts)  # cached: no second probe, still no trace
-    assert st.trace_count == 0 and isinstance(st.cached()[0], tb.Passthrough)
+    assert st.trace_count == 0 and all(isinstance(h, tb.Passthrough) for h in st.cached())
+    # and from then on torch's own vjp_fn is returned, unwrapped (nothing more per call)
+    assert st.vjp(sin, x[0])[1].__name__ != "traced_vjp_fn"
+    assert TracedBackward().vjp(sin, x[0])[1].__name__ == "traced_vjp_fn"  # a fresh cache: wrapped
     (got,), events, fell_back = _vmapvjp(st, cummax, x, cts)
     torch.testing.assert_close(got, _loop(cummax, x, cts))
     assert [e.mechanism for e in events] == [tb.GRAPH] and st.trace_count == 1

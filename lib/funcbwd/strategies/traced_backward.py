@@ -291,11 +291,16 @@ class TracedBackward(Strategy):
         self._tracing = 0
 
     def lookup(self, key: tuple) -> JointGraph | Refused | Passthrough | None:
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
+        """The cached entry for ``key`` or None; without the lock (every call takes this path:
+        a get and a move of the OrderedDict are each atomic under the GIL, and an entry evicted
+        in between is only built again)."""
+        hit = self._cache.get(key)
+        if hit is not None:
+            try:
                 self._cache.move_to_end(key)
-            return hit
+            except KeyError:
+                pass
+        return hit
 
     def _store(self, key: tuple, hit: Any) -> None:
         self._cache[key] = hit
@@ -344,6 +349,14 @@ class TracedBackward(Strategy):
         p_leaves, p_key = _flatten(primals)
         i_leaves, i_key = _flatten(inputs)
         f_key = function_key(fn)
+        forward = (*p_leaves, *i_leaves)
+        sig = positional_key(forward)
+        # a forward signature whose backward ran under vmap without falling back: torch's own
+        # vjp_fn is returned as is (no wrapper, nothing more per call)
+        fwd_key = ("forward", f_key, p_key, i_key, sig if sig is not None else flatten_args(forward).key)
+        if isinstance(self.lookup(fwd_key), Passthrough):
+            provenance.record(self.name, PASSTHROUGH, False, Passthrough.reason)
+            return out, self.scoped_backward(vjp_fn)
 
         def traced_vjp_fn(cotangents: Any) -> Any:
             if not internals.vmap_active():
@@ -351,9 +364,8 @@ class TracedBackward(Strategy):
                 return vjp_fn(cotangents)
             c_leaves, c_key = _flatten(cotangents)
             flat = (*p_leaves, *i_leaves, *c_leaves)
-            outputs = tuple(_flatten(out)[0] if type(out) is tuple or type(out) is torch.Tensor
-                            else tensor_leaves(out))
-            outputs = tuple(t for t in outputs if isinstance(t, torch.Tensor))
+            outputs = tuple(t for t in (_flatten(out)[0] if type(out) in (tuple, torch.Tensor)
+                                        else tensor_leaves(out)) if isinstance(t, torch.Tensor))
             full = (*flat, *outputs)
             sig = positional_key(full)
             if sig is None:
@@ -373,6 +385,7 @@ class TracedBackward(Strategy):
                 else:
                     with self._lock:
                         self._store(key, Passthrough())
+                        self._store(fwd_key, Passthrough())
                     provenance.record(self.name, PASSTHROUGH, False, Passthrough().reason)
                     return grads
             p_spec = pytree.tree_structure(primals)

@@ -8,27 +8,32 @@ Candidates: every OpInfo op whose float32 ``vmapvjp`` records of ``builtin`` in 
 Per op: its float32 samples in order, each built as the sweep builds it (an OpInfo cell,
 :func:`funcbwd.studies.coverage.opinfo.case_for`, and functorch's ``vmapvjp`` composition,
 :mod:`funcbwd.run.compositions`: distinct batch entries, the per-sample loop of torch's vjp as
-the reference) at batch ``batch``; per sample the in_dims choices in the sweep's order (all args
-at 0 first). The first (sample, in_dims) where builtin passes *and takes the
-fallback* and traced_backward passes (both compared with the loop,
-:func:`funcbwd.run.compare.check_close`) is timed: ``vmap(h, in_dims)(*args)``, ``h`` the whole
-``vjp`` (eager forward, then ``vjp_fn`` on the cotangents) as the composition builds it
-(:meth:`Composition.actual`; traced_backward inside the scoped batching rules, as in the
-sweep; its graph is traced in the warm-up call, not timed; trace seconds are reported apart).
-Timing: ``repeats`` pairs, builtin and traced_backward back to back, alternating which goes first
-(:func:`funcbwd.studies.bench.timing.sample_once`, the thread-CPU clock: immune to other processes on
-a shared machine; wall kept too); per op the median of the per-pair ratios builtin / traced with
-a distribution-free 95% interval (:func:`funcbwd.studies.bench.timing.median_interval`). Warnings are
-silenced while timing (the fallback warns on every call when they are not).
+the reference) at batch 64; per sample the in_dims choices in the sweep's order (all args at 0
+first). The first (sample, in_dims) where builtin passes *and takes the fallback* and
+traced_backward passes (both compared with the loop, :func:`funcbwd.run.compare.check_close`)
+is timed at each batch (default 8 and 64): ``vmap(h, in_dims)(*args)``, ``h`` the whole ``vjp``
+(eager forward, then ``vjp_fn`` on the cotangents) as the composition builds it
+(:meth:`Composition.actual`; traced_backward inside the scoped batching rules, as in the sweep;
+its graph is traced in the warm-up call, not timed; trace seconds are reported apart); at batch
+64 also the floor (:func:`funcbwd.studies.coverage.fallback_targets.floor_function`: one batched
+call of the same math without vmap, where the op has one). Timing: ``repeats`` rounds, the arms
+back to back in each, the order rotating (:func:`funcbwd.studies.bench.timing.sample_once`, the
+thread-CPU clock, one torch thread: immune to other processes on a shared machine); per op the
+median of the per-round ratios builtin / traced (speedup) and traced / floor (time) with a
+distribution-free 95% interval (:func:`funcbwd.studies.bench.timing.median_interval`).
+vmap's fallback warnings are swallowed while timing (they come on every call). Then the large
+inputs (:func:`funcbwd.studies.coverage.fallback_targets.large_inputs`).
 
 An op fails (with the reason) when it cannot be swept, when no (sample, in_dims) within the
 per-op budget has both passing with builtin falling back, or when timing raises. Across the
-measured ops: quartiles, worst, best, and whether the median speedup meets :data:`TARGET`.
-A pass where traced_backward refused its graph (whole's mechanism ran) is measured and flagged
-(``graph_ran`` False, with the refusal).
+measured ops: quartiles, worst, best, and the targets of issue 30, each met, missed or not
+resolved (:func:`funcbwd.studies.coverage.fallback_targets.targets`). A pass where
+traced_backward refused its graph (whole's mechanism ran) is measured and flagged (``graph_ran``
+False, with the refusal); each graph's decomposed and left fallback ops are recorded.
 
-Run: ``python -m funcbwd.studies.coverage.fallback_speedup --out data/fallback-speedup.json``
-(progress on stderr).
+Run: ``python -m funcbwd.studies.coverage.fallback_speedup --coverage data/coverage.json.gz
+--out data/fallback-speedup.json`` (progress on stderr; ``--force`` to overwrite the committed
+file).
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -58,11 +63,16 @@ from funcbwd.run.entries import distinct_entries
 from funcbwd.run.functorch import SampleView
 from funcbwd.run.outcomes import fallbacks_seen
 from funcbwd.studies.bench import timing
-from funcbwd.studies.coverage import opinfo
+from funcbwd.studies.coverage import fallback_targets, opinfo
 from funcbwd.strategies import get_strategy, provenance
-from funcbwd.strategies.traced_backward import TracedBackward
+from funcbwd.strategies.traced_backward import JointGraph, TracedBackward
 
-TARGET = 10.0
+#: traced_backward / builtin speedup the median op must reach at every batch >= 8 (issue 30;
+#: 10x before: no floor reaches it at these sizes)
+TARGET = 1.0
+DEFAULT_BATCHES = (8, 64)
+#: the batch the (sample, in_dims) is searched at; the floor's batch
+SEARCH_BATCH = FLOOR_BATCH = 64
 COMPOSITION = "vmapvjp"
 FILE_NAME = "fallback-speedup.json"  # in the checkout's data/
 DEFAULT_REPEATS = 21
@@ -143,43 +153,76 @@ def _attempt(p: Prepared, strategy: Any, in_dims: tuple, rules: bool) -> dict[st
     return out
 
 
-def _timed_pair(p: Prepared, in_dims: tuple, traced: TracedBackward, repeats: int,
-                budget_s: float) -> dict[str, Any]:
-    """Paired, interleaved timing of builtin and traced_backward (see the module docstring).
-    traced_backward's scoped rules are entered around each sample, outside its clock."""
+def time_arms(arms: Sequence[Callable[[], Any]], repeats: int, budget_s: float = 60.0,
+              contexts: Sequence[Callable[[], Any]] | None = None) -> dict[str, Any]:
+    """Interleaved timing of ``arms`` (each warmed up and calibrated first: a graph is traced
+    there, not timed): ``repeats`` rounds (cut to the budget, at least :data:`MIN_REPEATS`), each
+    arm once per round, the order rotating; ``contexts`` are entered around each sample, outside
+    its clock. Thread-CPU seconds per call: ``samples[arm][round]`` (round ``i`` of every arm
+    is one paired set)."""
+    contexts = list(contexts or [contextlib.nullcontext] * len(arms))
+    numbers, round_s = [], 0.0
+    with warnings.catch_warnings(), fallbacks_seen():  # the fallback warns on every call
+        warnings.simplefilter("ignore")
+        for arm, ctx in zip(arms, contexts):
+            with ctx():
+                numbers.append(timing.calibrate(arm, SAMPLE_S, 1000))
+                round_s += timing.sample_once(arm, 1)["wall"] * numbers[-1]
+        reps = min(repeats, max(MIN_REPEATS, int(budget_s / max(round_s, 1e-9))))
+        samples: list[list[float]] = [[] for _ in arms]
+        order = list(range(len(arms)))
+        for i in range(reps):
+            for a in order[i % len(arms):] + order[:i % len(arms)]:
+                with contexts[a]():
+                    samples[a].append(round(timing.sample_once(arms[a], numbers[a])["thread_cpu"], 9))
+    return {"repeats": reps, "numbers": numbers, "samples": samples}
+
+
+def _ratio(num: Sequence[float], den: Sequence[float]) -> tuple[float, list[float]]:
+    ratios = [a / b for a, b in zip(num, den)]
+    lo, hi = timing.median_interval(ratios)
+    return statistics.median(ratios), [lo, hi]
+
+
+def _timed(p: Prepared, in_dims: tuple, traced: TracedBackward, repeats: int, budget_s: float,
+           with_floor: bool) -> dict[str, Any]:
+    """builtin and traced_backward (and the floor, :func:`fallback_targets.floor_function`) at
+    ``p``'s batch, paired: builtin / traced (speedup) and traced / floor (time), each the median
+    of the per-round ratios with its 95% interval. traced_backward's scoped rules are entered
+    around each of its samples, outside the clock."""
     args = p.batched(in_dims)
     builtin = get_strategy("builtin")
     arms = [lambda: p.call(builtin, in_dims, args), lambda: p.call(traced, in_dims, args)]
     contexts = [contextlib.nullcontext, batching.scoped_rules]
-    samples: list[list[dict[str, float]]] = [[], []]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        numbers, pair_s = [], 0.0
-        for arm, ctx in zip(arms, contexts):
-            with ctx():
-                numbers.append(timing.calibrate(arm, SAMPLE_S, 1000))  # warm-up: traces once
-                pair_s += timing.sample_once(arm, 1)["wall"] * numbers[-1]
-        reps = min(repeats, max(MIN_REPEATS, int(budget_s / max(pair_s, 1e-9))))
-        for i in range(reps):
-            for a in ((0, 1) if i % 2 == 0 else (1, 0)):
-                with contexts[a]():
-                    samples[a].append(timing.sample_once(arms[a], numbers[a]))
-    cpu = [[x["thread_cpu"] for x in arm] for arm in samples]
-    wall = [[x["wall"] for x in arm] for arm in samples]
-    ratios = [b / t for b, t in zip(*cpu)]
-    lo, hi = timing.median_interval(ratios)
-    return {"repeats": reps, "numbers": numbers,
-            "builtin_s": [round(x, 9) for x in cpu[0]], "traced_s": [round(x, 9) for x in cpu[1]],
-            "builtin_median_s": statistics.median(cpu[0]),
-            "traced_median_s": statistics.median(cpu[1]),
-            "speedup": statistics.median(ratios), "speedup_ci95": [lo, hi],
-            "speedup_wall": statistics.median(b / t for b, t in zip(*wall))}
+    floor, why = fallback_targets.floor_function(p, in_dims) if with_floor else (None, "")
+    if floor is not None:
+        arms.append(floor)
+        contexts.append(contextlib.nullcontext)
+    t = time_arms(arms, repeats, budget_s, contexts)
+    cpu = t["samples"]
+    speedup, ci = _ratio(cpu[0], cpu[1])
+    out: dict[str, Any] = {
+        "batch": p.batch, "repeats": t["repeats"], "numbers": t["numbers"],
+        "builtin_s": cpu[0], "traced_s": cpu[1],
+        "builtin_median_s": statistics.median(cpu[0]), "traced_median_s": statistics.median(cpu[1]),
+        "speedup": speedup, "speedup_ci95": ci}
+    if with_floor:
+        if floor is None:
+            out["floor"] = {"why": why}
+        else:
+            tf, tf_ci = _ratio(cpu[1], cpu[2])
+            bf, bf_ci = _ratio(cpu[0], cpu[2])
+            out["floor"] = {"floor_s": cpu[2], "floor_median_s": statistics.median(cpu[2]),
+                            "traced_over_floor": tf, "traced_over_floor_ci95": tf_ci,
+                            "builtin_over_floor": bf, "builtin_over_floor_ci95": bf_ci}
+    return out
 
 
-def measure_op(name: str, batch: int = 64, repeats: int = DEFAULT_REPEATS,
+def measure_op(name: str, batches: Sequence[int] = DEFAULT_BATCHES, repeats: int = DEFAULT_REPEATS,
                budget_s: float = DEFAULT_BUDGET_S) -> dict[str, Any]:
-    """One op's row: the first (sample, in_dims) where both pass and builtin falls back, timed;
-    or ``status`` "failed" with the ``reason`` (and what each tried sample did)."""
+    """One op's row: the first (sample, in_dims) at batch :data:`SEARCH_BATCH` where both pass
+    and builtin falls back, timed at each of ``batches`` (the floor at :data:`FLOOR_BATCH`); or
+    ``status`` "failed" with the ``reason`` (and what each tried sample did)."""
     start = time.perf_counter()
     row: dict[str, Any] = {"op": name, "status": "failed", "reason": "", "tried": []}
     op = opinfo.op_by_id(name)
@@ -195,12 +238,7 @@ def measure_op(name: str, batch: int = 64, repeats: int = DEFAULT_REPEATS,
         if time.perf_counter() - start > budget_s:
             row["reason"] = f"budget of {budget_s:.0f} s spent after {i} of {len(smps)} samples"
             break
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                p = prepare(op, sample, batch)
-            except Exception as e:  # noqa: BLE001
-                p = f"prepare fails: {type(e).__name__}: {first_line(str(e), 120)}"
+        p = _prepared(op, sample, SEARCH_BATCH)
         if isinstance(p, str):
             row["tried"].append({"sample": i, "skipped": p})
             continue
@@ -224,14 +262,29 @@ def measure_op(name: str, batch: int = 64, repeats: int = DEFAULT_REPEATS,
                 continue
             graph = [e for e in t["events"] if e.ran]
             refused = [e.detail for e in t["events"] if not e.ran]
+            graphs = [h for h in traced.cached() if isinstance(h, JointGraph)]
+            report = graphs[0].fallbacks if graphs else None
             row.update(status="measured", sample=i, in_dims=list(in_dims), entries=p.entries_kind,
                        builtin_fallback_ops=b["fallback_ops"], traced_fallback_ops=t["fallback_ops"],
                        graph_ran=bool(graph) and not refused,
                        graph=(graph[0].detail if graph else ""), refusal=refused[0] if refused else "",
-                       trace_s=round(sum(traced.trace_seconds), 4))
+                       graph_decomposed=list(report.decomposed) if report else [],
+                       graph_fallbacks_left=[list(x) for x in report.left] if report else [],
+                       graph_probe=report.probe if report else "",
+                       trace_s=round(sum(traced.trace_seconds), 4), by_batch={})
             try:
-                row.update(_timed_pair(p, in_dims, traced, repeats,
-                                       max(budget_s - (time.perf_counter() - start), 5.0)))
+                for batch in batches:
+                    q = p if batch == SEARCH_BATCH else _prepared(op, sample, batch)
+                    if isinstance(q, str):
+                        row["by_batch"][str(batch)] = {"error": q}
+                        continue
+                    left = max(budget_s - (time.perf_counter() - start), 5.0) / max(len(batches), 1)
+                    timed = _timed(q, in_dims, traced, repeats, left, batch == FLOOR_BATCH)
+                    if "floor" in timed:
+                        row["floor"] = timed.pop("floor")
+                    row["by_batch"][str(batch)] = timed
+                main_batch = row["by_batch"].get(str(SEARCH_BATCH)) or next(iter(row["by_batch"].values()))
+                row.update(speedup=main_batch["speedup"], speedup_ci95=main_batch["speedup_ci95"])
             except Exception as e:  # noqa: BLE001
                 row.update(status="failed", reason=f"timing raised {type(e).__name__}: "
                                                    f"{first_line(str(e), 120)}")
@@ -243,6 +296,15 @@ def measure_op(name: str, batch: int = 64, repeats: int = DEFAULT_REPEATS,
         row["reason"] = _why_none(row["tried"])
     row["seconds"] = round(time.perf_counter() - start, 2)
     return row
+
+
+def _prepared(op: Any, sample: Any, batch: int) -> Prepared | str:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return prepare(op, sample, batch)
+        except Exception as e:  # noqa: BLE001
+            return f"prepare fails: {type(e).__name__}: {first_line(str(e), 120)}"
 
 
 def _why_none(tried: Sequence[dict[str, Any]]) -> str:
@@ -260,69 +322,88 @@ def _why_none(tried: Sequence[dict[str, Any]]) -> str:
 
 
 # ------------------------------------------------------------------------------ the study
-def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The distribution of per-op median speedups over the measured ops, and the verdict."""
+def summarize(rows: Sequence[dict[str, Any]], batches: Sequence[int] = DEFAULT_BATCHES,
+              large: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The distribution of per-op median speedups at :data:`SEARCH_BATCH` over the measured ops,
+    and the targets (:func:`fallback_targets.targets`)."""
     measured = sorted((r for r in rows if r["status"] == "measured"), key=lambda r: r["speedup"])
     s = [r["speedup"] for r in measured]
+    t = fallback_targets.targets(measured, batches, large)
     if not s:
-        return {"measured": 0, "failed": len(rows), "target": TARGET, "met": False}
+        return {"measured": 0, "failed": len(rows), "target": TARGET, "met": False, "targets": t}
     q = statistics.quantiles(s, n=4, method="inclusive") if len(s) > 1 else [s[0]] * 3
-    return {"measured": len(s), "failed": len(rows) - len(s), "target": TARGET,
+    return {"measured": len(s), "failed": len(rows) - len(s), "target": TARGET, "batch": SEARCH_BATCH,
             "median_speedup": statistics.median(s), "q1": q[0], "q3": q[2],
             "worst": {"op": measured[0]["op"], "speedup": s[0]},
             "best": {"op": measured[-1]["op"], "speedup": s[-1]},
-            "met": statistics.median(s) >= TARGET,
+            "met": t["speedup_b8_plus"]["verdict"] == "met",
             "at_least_target": sum(x >= TARGET for x in s), "slower": sum(x < 1 for x in s),
             "graph_refused": [r["op"] for r in measured if not r["graph_ran"]],
             "by_fallback_left": {k: {r["op"]: round(r["speedup"], 3) for r in measured
-                                     if _left(r) == k} for k in ("none", "some", "all")}}
+                                     if _left(r) == k} for k in ("none", "some", "all")},
+            "targets": t}
 
 
 def _left(row: dict[str, Any]) -> str:
     """How much of builtin's fallback traced_backward leaves: none, some or all of its ops (what
-    is left runs in the eager forward, or in the forward the graph recomputes)."""
+    is left runs in the eager forward, or in the graph)."""
     left = set(row["traced_fallback_ops"]) & set(row["builtin_fallback_ops"])
     return "none" if not row["traced_fallback_ops"] else "all" if left == set(
         row["builtin_fallback_ops"]) else "some"
 
 
-def run(ops: str | Iterable[str] | None = None, batch: int = 64, repeats: int = DEFAULT_REPEATS,
-        progress: bool = True, budget_s: float = DEFAULT_BUDGET_S,
-        coverage_file: str | Path | None = None) -> dict[str, Any]:
-    """The study over ``ops`` (default: :func:`candidates` of ``coverage_file``)."""
+def run(ops: str | Iterable[str] | None = None, batches: Sequence[int] = DEFAULT_BATCHES,
+        repeats: int = DEFAULT_REPEATS, progress: bool = True, budget_s: float = DEFAULT_BUDGET_S,
+        coverage_file: str | Path | None = None, large: bool = True) -> dict[str, Any]:
+    """The study over ``ops`` (default: :func:`candidates` of ``coverage_file``), then the large
+    inputs (unless ``large`` is False)."""
     found = candidates(coverage_file) if coverage_file and Path(coverage_file).exists() else {}
     chosen = list(found) if ops is None else opinfo.select_ops(ops)
+    say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
     rows = []
-    for k, name in enumerate(chosen, 1):
-        row = measure_op(name, batch, repeats, budget_s)
-        row["fallback_ops_in_sweep"] = found.get(name, [])
-        rows.append(row)
-        if progress:
-            text = (f"{row['speedup']:.1f}x [{row['speedup_ci95'][0]:.1f}, "
-                    f"{row['speedup_ci95'][1]:.1f}]" + ("" if row["graph_ran"] else " (no graph)")
-                    if row["status"] == "measured" else f"failed: {row['reason']}")
-            print(f"[{k}/{len(chosen)}] {name}: {first_line(text, 70)} ({row['seconds']} s)",
-                  file=sys.stderr, flush=True)
-    meta = {"torch": torch.__version__, "batch": batch, "repeats": repeats, "budget_s": budget_s,
-            "clock": "thread_cpu", "threads": torch.get_num_threads(),
-            "date": datetime.date.today().isoformat(), "candidates": chosen,
+    with timing.one_torch_thread():
+        for k, name in enumerate(chosen, 1):
+            row = measure_op(name, batches, repeats, budget_s)
+            row["fallback_ops_in_sweep"] = found.get(name, [])
+            rows.append(row)
+            if row["status"] == "measured":
+                text = " ".join(f"B={b} {v['speedup']:.2f}x" for b, v in row["by_batch"].items()
+                                if "speedup" in v)
+                fl = row.get("floor", {})
+                text += (f", floor {fl['traced_over_floor']:.1f}x" if "traced_over_floor" in fl
+                         else ", no floor") + ("" if row["graph_ran"] else " (no graph)")
+                if row["graph_fallbacks_left"]:
+                    text += " left: " + ",".join(o for o, _ in row["graph_fallbacks_left"])
+            else:
+                text = f"failed: {row['reason']}"
+            say(f"[{k}/{len(chosen)}] {name}: {first_line(text, 70)} ({row['seconds']} s)")
+        large_rows = fallback_targets.large_inputs(time_arms, repeats, say) if large else []
+    meta = {"torch": torch.__version__, "batches": list(batches), "search_batch": SEARCH_BATCH,
+            "floor_batch": FLOOR_BATCH, "repeats": repeats, "budget_s": budget_s,
+            "clock": "thread_cpu", "threads": 1, "date": datetime.date.today().isoformat(),
+            "candidates": chosen, "large": bool(large),
             "source": "builtin vmapvjp float32 records with fallback_ops in data/coverage.json.gz",
             "method": __doc__.split("\n\n")[2].replace("\n", " ")}
-    return {"meta": meta, "summary": summarize(rows), "ops": rows}
+    return {"meta": meta, "summary": summarize(rows, batches, large_rows), "ops": rows,
+            "large": large_rows}
 
 
 def format_result(result: dict[str, Any]) -> str:
     s = result["summary"]
-    lines = [f"{s['measured']} ops measured, {s['failed']} failed (batch {result['meta']['batch']})"]
+    meta = result["meta"]
+    lines = [f"{s['measured']} ops measured, {s['failed']} failed (batches "
+             f"{meta.get('batches', [meta.get('batch')])})"]
     if s["measured"]:
-        lines.append(f"median speedup {s['median_speedup']:.1f}x (target {TARGET:.0f}x: "
-                     f"{'met' if s['met'] else 'missed'}); quartiles {s['q1']:.1f}x .. "
-                     f"{s['q3']:.1f}x; worst {s['worst']['op']} {s['worst']['speedup']:.2f}x, "
-                     f"best {s['best']['op']} {s['best']['speedup']:.1f}x")
+        lines.append(f"median speedup at B={s.get('batch', meta.get('batch'))} "
+                     f"{s['median_speedup']:.2f}x; quartiles {s['q1']:.2f}x .. "
+                     f"{s['q3']:.2f}x; worst {s['worst']['op']} {s['worst']['speedup']:.2f}x, "
+                     f"best {s['best']['op']} {s['best']['speedup']:.2f}x")
         for k, ops in s["by_fallback_left"].items():
             vals = sorted(ops.values())
             lines.append(f"  traced_backward leaves {k} of builtin's fallback ops: {len(vals)} ops"
                          + (f", median {statistics.median(vals):.2f}x" if vals else ""))
+    if "targets" in s:
+        lines += fallback_targets.format_targets(s["targets"])
     for r in result["ops"]:
         if r["status"] == "failed":
             lines.append(f"  failed {r['op']}: {first_line(r['reason'], 80)}")
@@ -332,9 +413,11 @@ def format_result(result: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", default=None, help="comma-separated OpInfo ids (default: candidates)")
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batches", default=",".join(map(str, DEFAULT_BATCHES)),
+                    help=f"comma-separated batch sizes (the floor at {FLOOR_BATCH})")
     ap.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
     ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, help="seconds per op")
+    ap.add_argument("--no-large", action="store_true", help="skip the large-input rows")
     command.add_out(ap, "JSON file to write (data/fallback-speedup.json is committed: --force)")
     ap.add_argument("--coverage", default=None, metavar="FILE",
                     help="the sweep's data file whose builtin fallbacks name the candidates "
@@ -343,7 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command.check_args_out(a)
     if a.ops is None and a.coverage is None:
         ap.error("give --coverage FILE (the candidates) or --ops")
-    result = run(a.ops, a.batch, a.repeats, True, a.budget, a.coverage)
+    batches = tuple(int(b) for b in a.batches.split(",") if b.strip())
+    result = run(a.ops, batches, a.repeats, True, a.budget, a.coverage, large=not a.no_large)
     print(format_result(result))
     if a.out:
         Path(a.out).write_text(json.dumps(bench_results.strict_json(result), indent=1) + "\n")
