@@ -78,8 +78,10 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import math
 import threading
 import time
+import warnings
 from typing import Any, Callable, Sequence
 
 import torch
@@ -233,6 +235,38 @@ def _build(call: JointCall, logical: Sequence[Any], check: bool = True, decompos
     return Refused("graph check failed: " + "; un-elided: ".join(tried))
 
 
+#: with the cost gate on, the graph runs only if, timed once at the first call, it costs at most
+#: this many times torch's backward with its per-sample fallback
+COST_MARGIN = 1.1
+
+
+def _slower(hit: JointGraph, run: Callable, full: Sequence[Any], vjp_fn: Callable,
+            cotangents: Any) -> str:
+    """Why torch's backward (with vmap's fallback) should run instead of the graph: the graph,
+    timed at the first call (best of 3, thread CPU, no grad), costs more than
+    :data:`COST_MARGIN` times it; '' when the graph is as cheap (it runs)."""
+    def best(f: Callable[[], Any]) -> float:
+        out = math.inf
+        for _ in range(3):
+            start = time.thread_time()
+            f()
+            out = min(out, time.thread_time() - start)
+        return out
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            graph, eager = best(lambda: run(full)), best(lambda: vjp_fn(cotangents))
+        except Exception:  # noqa: BLE001 - either raises: no comparison, the graph runs
+            return ""
+    if graph <= COST_MARGIN * eager:
+        return ""
+    ops = sum(1 for n in hit.graph.graph.nodes if n.op == "call_function")
+    return (f"the graph ({ops} ops) costs more "
+            f"than torch's backward with its per-sample fallback at the first call "
+            f"({graph * 1e6:.0f} us vs {eager * 1e6:.0f} us)")
+
+
 def _flatten(tree: Any) -> tuple[list, Any]:
     """(leaves, structure key): a tuple of plain tensors (the common case) keyed by its length
     (an int) without a pytree walk; anything else by its pytree spec's text."""
@@ -273,7 +307,8 @@ class TracedBackward(Strategy):
     #: :meth:`vjp` takes ``inputs``: tensors ``fn`` reads that are not differentiated
     takes_inputs = True
 
-    def __init__(self, check: bool = True, install: str = "fallback", decompose: bool = True) -> None:
+    def __init__(self, check: bool = True, install: str = "fallback", decompose: bool = True,
+                 cost_gate: bool = False) -> None:
         #: False only to show what the check catches (tests): every graph is trusted
         self.check = check
         if install not in INSTALL:
@@ -283,6 +318,11 @@ class TracedBackward(Strategy):
         self.install = install
         #: False only to show what the decomposition pass removes (tests, the study's mutation)
         self.decompose = decompose
+        #: True: a graph slower than torch's backward with its fallback, timed once at the first
+        #: call of its signature (:func:`_slower`), is not used (torch's backward runs). Off by
+        #: default: the choice then depends on a timing (the sweep's verdicts must not); the
+        #: fallback-speedup study turns it on
+        self.cost_gate = cost_gate
         self._lock = threading.Lock()
         self._cache: collections.OrderedDict[tuple, JointGraph | Refused | Passthrough] = \
             collections.OrderedDict()
@@ -354,9 +394,10 @@ class TracedBackward(Strategy):
         # a forward signature whose backward ran under vmap without falling back: torch's own
         # vjp_fn is returned as is (no wrapper, nothing more per call)
         fwd_key = ("forward", f_key, p_key, i_key, sig if sig is not None else flatten_args(forward).key)
-        if isinstance(self.lookup(fwd_key), Passthrough):
-            provenance.record(self.name, PASSTHROUGH, False, Passthrough.reason)
-            return out, self.scoped_backward(vjp_fn)
+        known = self.lookup(fwd_key)
+        if isinstance(known, Passthrough):
+            provenance.record(self.name, PASSTHROUGH, False, known.reason)
+            return out, vjp_fn
 
         def traced_vjp_fn(cotangents: Any) -> Any:
             if not internals.vmap_active():
@@ -397,14 +438,24 @@ class TracedBackward(Strategy):
                     joint_function(fn, p_spec, n_p, i_spec, n_i, c_spec),
                     forward_function(fn, p_spec, n_p, i_spec, n_i), flat, outputs,
                     tuple(isinstance(t, torch.Tensor) and internals.is_batched(t) for t in full)))
+                if isinstance(hit, JointGraph) and self.cost_gate and "hit the vmap fallback" in why:
+                    slower = _slower(hit, self.scoped_backward(hit.run), full, vjp_fn, cotangents)
+                    if slower:  # the fallback is cheaper than the graph here: torch's backward
+                        with self._lock:  # decided at this call's batch size, kept for the signature
+                            self._store(key, Passthrough(slower))
+                            self._store(fwd_key, Passthrough(slower))
+                        provenance.record(self.name, PASSTHROUGH, False, slower)
+                        return vjp_fn(cotangents)
             if isinstance(hit, Refused):
                 provenance.record(self.name, FALLBACK, False, hit.reason)
-                return torch.func.functionalize(vjp_fn)(cotangents)
+                return self.scoped_backward(torch.func.functionalize(vjp_fn))(cotangents)
             provenance.record(self.name, hit.mechanism, True, hit.detail + (f" ({why})" if why else ""))
-            grads = [reduced_to(g, p) for g, p in zip(hit.run(full), p_leaves)]
+            grads = [reduced_to(g, p) for g, p in zip(self.scoped_backward(hit.run)(full), p_leaves)]
             return tuple(grads) if p_key.__class__ is int else pytree.tree_unflatten(grads, p_spec)
 
-        return out, self.scoped_backward(traced_vjp_fn)
+        # the scoped rules (with_rules) cover the graph and the refusal's functionalized backward,
+        # not torch's backward where it runs as is (the probe and a passthrough: torch's own cost)
+        return out, traced_vjp_fn
 
     def bookkeeping(self) -> Any:
         # The cache legitimately grows; what must return to rest is tracing in progress.

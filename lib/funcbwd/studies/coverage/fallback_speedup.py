@@ -13,7 +13,7 @@ first). The first (sample, in_dims) where builtin passes *and takes the fallback
 traced_backward passes (both compared with the loop, :func:`funcbwd.run.compare.check_close`)
 is timed at each batch (default 8 and 64): ``vmap(h, in_dims)(*args)``, ``h`` the whole ``vjp``
 (eager forward, then ``vjp_fn`` on the cotangents) as the composition builds it
-(:meth:`Composition.actual`; traced_backward inside the scoped batching rules, as in the sweep;
+(:meth:`Composition.actual`; traced_backward with its scoped batching rules, as in the sweep;
 its graph is traced in the warm-up call, not timed; trace seconds are reported apart); at batch
 64 also the floor (:func:`funcbwd.studies.coverage.fallback_targets.floor_function`: one batched
 call of the same math without vmap, where the op has one). Timing: ``repeats`` rounds, the arms
@@ -54,7 +54,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 
-from funcbwd import batching, command
+from funcbwd import command
 from funcbwd.errors import first_line
 from funcbwd.studies.bench import results as bench_results
 from funcbwd.run.compare import compare
@@ -65,7 +65,7 @@ from funcbwd.run.outcomes import fallbacks_seen
 from funcbwd.studies.bench import timing
 from funcbwd.studies.coverage import fallback_targets, opinfo
 from funcbwd.strategies import get_strategy, provenance
-from funcbwd.strategies.traced_backward import JointGraph, TracedBackward
+from funcbwd.strategies.traced_backward import FALLBACK, PASSTHROUGH, JointGraph, TracedBackward
 
 #: traced_backward / builtin speedup the median op must reach at every batch >= 8 (issue 30;
 #: 10x before: no floor reaches it at these sizes)
@@ -188,13 +188,14 @@ def _timed(p: Prepared, in_dims: tuple, traced: TracedBackward, repeats: int, bu
            with_floor: bool) -> dict[str, Any]:
     """builtin and traced_backward (and the floor, :func:`fallback_targets.floor_function`) at
     ``p``'s batch, paired: builtin / traced (speedup) and traced / floor (time), each the median
-    of the per-round ratios with its 95% interval. traced_backward's scoped rules are entered
-    around each of its samples, outside the clock."""
+    of the per-round ratios with its 95% interval. traced_backward runs with its scoped rules
+    (``with_rules``: around its graph, as in the sweep)."""
     args = p.batched(in_dims)
     builtin = get_strategy("builtin")
-    arms = [lambda: p.call(builtin, in_dims, args), lambda: p.call(traced, in_dims, args)]
-    contexts = [contextlib.nullcontext, batching.scoped_rules]
-    floor, why = fallback_targets.floor_function(p, in_dims) if with_floor else (None, "")
+    scoped = traced.with_rules()  # the rules around its graph, as in the sweep
+    arms = [lambda: p.call(builtin, in_dims, args), lambda: p.call(scoped, in_dims, args)]
+    contexts = [contextlib.nullcontext, contextlib.nullcontext]
+    floor, how = fallback_targets.floor_function(p, in_dims) if with_floor else (None, "")
     if floor is not None:
         arms.append(floor)
         contexts.append(contextlib.nullcontext)
@@ -208,11 +209,11 @@ def _timed(p: Prepared, in_dims: tuple, traced: TracedBackward, repeats: int, bu
         "speedup": speedup, "speedup_ci95": ci}
     if with_floor:
         if floor is None:
-            out["floor"] = {"why": why}
+            out["floor"] = {"why": how}
         else:
             tf, tf_ci = _ratio(cpu[1], cpu[2])
             bf, bf_ci = _ratio(cpu[0], cpu[2])
-            out["floor"] = {"floor_s": cpu[2], "floor_median_s": statistics.median(cpu[2]),
+            out["floor"] = {"layout": how, "floor_s": cpu[2], "floor_median_s": statistics.median(cpu[2]),
                             "traced_over_floor": tf, "traced_over_floor_ci95": tf_ci,
                             "builtin_over_floor": bf, "builtin_over_floor_ci95": bf_ci}
     return out
@@ -254,19 +255,23 @@ def measure_op(name: str, batches: Sequence[int] = DEFAULT_BATCHES, repeats: int
             if b["status"] != "pass" or not b["fallback_ops"]:
                 tried["why"] = b["message"] or "builtin takes no fallback here"
                 continue
-            traced = TracedBackward()
+            traced = TracedBackward(cost_gate=True)
             t = _attempt(p, traced, in_dims, rules=True)
             tried.update(traced_backward=t["status"], traced_fallback_ops=t["fallback_ops"])
             if t["status"] != "pass":
                 tried["why"] = t["message"]
                 continue
             graph = [e for e in t["events"] if e.ran]
-            refused = [e.detail for e in t["events"] if not e.ran]
+            refused = [e.detail for e in t["events"] if not e.ran and e.mechanism == FALLBACK]
+            passthrough = [e.detail for e in t["events"] if e.mechanism == PASSTHROUGH]
             graphs = [h for h in traced.cached() if isinstance(h, JointGraph)]
             report = graphs[0].fallbacks if graphs else None
             row.update(status="measured", sample=i, in_dims=list(in_dims), entries=p.entries_kind,
                        builtin_fallback_ops=b["fallback_ops"], traced_fallback_ops=t["fallback_ops"],
-                       graph_ran=bool(graph) and not refused,
+                       graph_ran=bool(graph) and not refused and not passthrough,
+                       installed=("graph" if graph and not refused and not passthrough else
+                                  f"passthrough: {passthrough[0]}" if passthrough else
+                                  f"refused: {refused[0]}" if refused else "none"),
                        graph=(graph[0].detail if graph else ""), refusal=refused[0] if refused else "",
                        graph_decomposed=list(report.decomposed) if report else [],
                        graph_fallbacks_left=[list(x) for x in report.left] if report else [],

@@ -2,9 +2,9 @@
 
 * **The floor** (:func:`floor_function`): one batched out-of-place call of the same math
   without vmap: the composition's function (torch's own ``vjp`` of the op, then its ``vjp_fn``)
-  called once on the batched tensors, batch dim first, as if they were one sample. It is the
-  same math only where the op treats a leading dim as a batch (elementwise ops, ops reducing a
-  negative dim, ...): so it is used only where it equals the per-sample loop (the study's
+  called once on the batched tensors, batch dim first (else last), as if they were one sample.
+  It is the same math only where the op treats that dim as a batch (elementwise ops, ops along
+  another dim, ...): so it is used only where it equals the per-sample loop (the study's
   reference) at the study's tolerance; elsewhere the op has no floor, with why.
 * **Large inputs** (:func:`large_inputs`): the bench's target ops (:data:`LARGE_OPS`) at the
   bench's "large" size (every dim of their first catalog sample x16,
@@ -63,25 +63,38 @@ def median_of(values: Sequence[tuple[float, float, float]]) -> tuple[float, floa
 
 # ------------------------------------------------------------------------------ the floor
 def floor_function(p: Any, in_dims: tuple) -> tuple[Callable[[], Any] | None, str]:
-    """(a call of the floor on the study's batched args, '') or (None, why there is none)."""
+    """(a call of the floor on the study's batched args, how: 'batch first' or 'batch last') or
+    (None, why there is none). Batch last: every batched tensor with its batch dim moved last
+    (contiguous, outside the call), the grads' last dim moved back first (a view)."""
     if any(d not in (0, None) for d in in_dims):
         return None, f"in_dims {list(in_dims)}: the floor needs the batch dim first"
     args = p.batched(in_dims)
     f = p.composition.function()
     want = p.expected(in_dims)
+    why = []
+    for layout in ("batch first", "batch last"):
+        if layout == "batch first":
+            ins, back = args, (lambda t: t)
+        else:
+            ins = [a.detach().movedim(0, -1).contiguous().requires_grad_(a.requires_grad)
+                   if isinstance(a, torch.Tensor) and d == 0 and a.dim() > 1 else a
+                   for a, d in zip(args, in_dims)]
+            back = (lambda t: t.movedim(-1, 0) if t.dim() > 1 else t)
 
-    def call() -> Any:
-        with torch.enable_grad():
-            return tuple(t.detach() for t in _leaves(f(*args)))
+        def call(ins: list = ins, back: Callable = back) -> Any:
+            with torch.enable_grad():
+                return tuple(back(t.detach()) for t in _leaves(f(*ins)))
 
-    try:
-        got = call()
-    except Exception as e:  # noqa: BLE001 - the op does not take a leading batch dim
-        return None, f"the op raises on the batched tensors: {type(e).__name__}: {first_line(str(e), 80)}"
-    c = compare(got, want)
-    if not c.ok:
-        return None, f"not the same math: {first_line(c.detail, 100)}"
-    return call, ""
+        try:
+            got = call()
+        except Exception as e:  # noqa: BLE001 - the op does not take this batch dim
+            why.append(f"{layout}: raises {type(e).__name__}: {first_line(str(e), 60)}")
+            continue
+        c = compare(got, want)
+        if c.ok:
+            return call, layout
+        why.append(f"{layout}: not the same math ({first_line(c.detail, 60)})")
+    return None, "; ".join(why)
 
 
 def _leaves(out: Any) -> list:
@@ -94,7 +107,6 @@ def large_inputs(time_arms: Callable[..., dict], repeats: int, progress: Callabl
                  ) -> list[dict[str, Any]]:
     """Rows (op, batch, ratio traced / builtin with interval, mechanism) for :data:`LARGE_OPS`
     at the "large" size; ``time_arms(arms, repeats)`` is the study's paired timing."""
-    from funcbwd import batching
     from funcbwd.ops import registry
     from funcbwd.studies.bench import inputs
     from funcbwd.strategies import get_strategy, provenance
@@ -118,21 +130,20 @@ def large_inputs(time_arms: Callable[..., dict], repeats: int, progress: Callabl
             with torch.no_grad():
                 cts = tuple(torch.randn((batch, *o.shape), generator=g, dtype=o.dtype)
                             for o in fn(x))
-            traced, builtin = TracedBackward(), get_strategy("builtin")
+            traced, builtin = TracedBackward(cost_gate=True).with_rules(), get_strategy("builtin")
 
             def arm(st: Any) -> Callable[[], Any]:
                 def h(t: torch.Tensor, *c: torch.Tensor) -> Any:
                     return st.vjp(fn, t)[1](c)
                 return lambda: torch.func.vmap(h)(xs, *cts)
 
-            with provenance.collecting() as events, batching.scoped_rules():
+            with provenance.collecting() as events:
                 arm(traced)()
             mech = sorted({e.mechanism for e in events if e.strategy == traced.name})
             row = {"op": name, "batch": batch, "size": "large", "shape": list(x.shape),
                    "mechanism": mech}
             try:
-                t = time_arms([arm(builtin), arm(traced)], repeats,
-                              contexts=[batching.scoped_rules, batching.scoped_rules])
+                t = time_arms([arm(builtin), arm(traced)], repeats)
                 ratios = [tr / b for b, tr in zip(t["samples"][0], t["samples"][1])]
                 lo, hi = _interval(ratios)
                 row.update(ratio=statistics.median(ratios), ratio_ci95=[lo, hi],
