@@ -234,3 +234,43 @@ def test_the_cost_gate_keeps_torchs_backward_where_the_graph_costs_more(monkeypa
     monkeypatch.setattr(tb, "COST_MARGIN", 0.0)
     _, events, _ = _vmapvjp(TracedBackward(), cummax, x, cts)
     assert [e.mechanism for e in events] == [tb.GRAPH]
+
+
+def test_the_scoped_rules_are_entered_only_around_graphs_that_call_their_ops(monkeypatch):
+    """Entering the rules registers kernels (per call): with_rules() enters them around a graph
+    only when it calls aten::copy or aten::as_strided_scatter, never around torch's backward run
+    as is. cummax's graph calls neither; a write through an as_strided view does."""
+    from funcbwd import batching
+
+    entered = []
+    real = batching.scoped_rules
+
+    def counting():
+        entered.append(1)
+        return real()
+
+    monkeypatch.setattr(batching, "scoped_rules", counting)
+    cummax = lambda t: (torch.cummax(t, 0).values,)  # noqa: E731
+    x, cts = _randn(B, 5, seed=1), _randn(B, 5, seed=2)
+    st = TracedBackward().with_rules()
+    _, events, _ = _vmapvjp(st, cummax, x, cts)
+    assert [e.mechanism for e in events] == [tb.GRAPH] and not _graph(st).needs_rules
+    assert entered == []
+
+    def strided(t):
+        y = torch.zeros(8)
+        y.as_strided((2,), (3,)).copy_(t)
+        return (y * 2,)
+
+    from funcbwd.fx import elide
+    monkeypatch.setattr(elide, "elide_copies", lambda gm: elide.ElisionReport())  # copies stay
+    st = TracedBackward(install="always").with_rules()
+    x, cts = _randn(2, seed=3), _randn(B, 8, seed=4)  # the forward's write: x unbatched
+    _, vjp_fn = st.vjp(strided, x)
+    with provenance.collecting() as events:
+        (got,) = vmap(lambda c: vjp_fn((c,)))(cts)
+    assert [e.mechanism for e in events if e.strategy == st.name] == [tb.GRAPH]
+    hit = _graph(st)
+    assert hit.needs_rules and entered
+    assert ("aten::copy", fallback_free.SCOPED) in hit.fallbacks.left
+    torch.testing.assert_close(got, torch.stack([vjp(strided, x)[1]((c,))[0] for c in cts]))

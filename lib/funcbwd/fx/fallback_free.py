@@ -242,5 +242,22 @@ def decompose_fallbacks(gm: torch.fx.GraphModule, args: Sequence[torch.Tensor],
                               tuple(sorted(left.items())), probe_text, rounds)
 
 
+def final_report(report: FallbackReport, gm: torch.fx.GraphModule, scoped: Sequence[str] = ()
+                 ) -> FallbackReport:
+    """``report`` for the graph that runs (``gm``: after copy elision, which may drop a node the
+    pass reported): only the ops left that are still nodes of it; an op of ``scoped`` (funcbwd's
+    scoped batching rules: ``aten::copy``) is said to be batched by that rule."""
+    names = {op_name(op) for op in _graph_ops(gm)}
+    left = tuple((op, SCOPED if op in scoped else why) for op, why in report.left if op in names)
+    probe = report.probe
+    gone = [op for op, _ in report.left if op not in names]
+    if gone:
+        probe += f" (before copy elision, which removed {', '.join(gone)})"
+    return dataclasses.replace(report, left=left, probe=probe)
+
+
+SCOPED = "no batching rule in torch; funcbwd's scoped rule batches it (with_rules)"
+
+
 def _graph_ops(gm: torch.fx.GraphModule) -> list:
     return list({n.target for n in gm.graph.nodes if n.op == "call_function"})

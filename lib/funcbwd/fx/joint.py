@@ -13,9 +13,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
+from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from funcbwd import internals
+from funcbwd.fx import elide
 from funcbwd.errors import first_line
 from funcbwd.fx.formula_graphs import blank, tensor_spec
 
@@ -272,3 +274,46 @@ def reshape_views(gm: torch.fx.GraphModule) -> int:
     if count:
         gm.recompile()
     return count
+
+
+# ------------------------------------------------------------------------------ per call
+def flatten(tree: Any) -> tuple[list, Any]:
+    """(leaves, structure key): a tuple of plain tensors (the common case) keyed by its length
+    (an int) without a pytree walk; anything else by its pytree spec's text."""
+    if type(tree) is tuple and all(type(t) is torch.Tensor for t in tree):
+        return list(tree), len(tree)
+    if type(tree) is torch.Tensor:
+        return [tree], "tensor"
+    leaves, spec = pytree.tree_flatten(tree)
+    return leaves, str(spec)
+
+
+def reduced_to(grad: Any, primal: Any) -> Any:
+    """``grad`` summed to ``primal``'s shape where that shape broadcasts to it, else as it is:
+    what the autograd engine does to every node's grads (``validate_outputs``), which the graph
+    bypasses. The trace's shapes already match; under vmap a batch rule may return a grad of
+    another rank than its unbatched op (torch 2.13's ``_cdist_backward`` rule pads an empty
+    cdist's grad to ``x1``'s shape with a leading 1), which eager's engine reduces silently."""
+    if not (isinstance(grad, torch.Tensor) and isinstance(primal, torch.Tensor)) \
+            or grad.shape == primal.shape:
+        return grad
+    try:
+        expandable = torch.broadcast_shapes(primal.shape, grad.shape) == grad.shape
+    except RuntimeError:
+        return grad
+    return grad.sum_to_size(primal.shape) if expandable else grad
+
+
+def trace_backward(vjp_fn: Callable[[tuple], Any], cotangents: tuple
+                   ) -> tuple[torch.fx.GraphModule, elide.ElisionReport]:
+    """(graph, elision report) of ONE vjp's backward, traced in real mode on plain
+    ``cotangents``: the saved tensors are graph constants, so the graph belongs to those primal
+    values. Not what the strategy runs (that is :func:`trace_joint`); kept as the counter-example
+    its check must catch (a graph baking the saved tensors) and for the layout tests."""
+    def backward(*cts: torch.Tensor) -> Any:
+        return vjp_fn(cts)
+
+    with internals.cleared_functorch_state():
+        gm = make_fx(torch.func.functionalize(backward, remove="mutations_and_views"),
+                     tracing_mode="real")(*cotangents)
+    return gm, elide.elide_copies(gm)

@@ -87,18 +87,18 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.func
 import torch.fx
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from funcbwd import internals
 from funcbwd.errors import first_line
 from funcbwd.fx import codegen, elide, fallback_free
-from funcbwd.fx.formula_graphs import (blank, bindings_equivalent, flatten_args, positional_key,
-                                       tensor_spec)
+from funcbwd.fx.formula_graphs import bindings_equivalent, flatten_args, positional_key, tensor_spec
 from funcbwd.fx.joint import (CHECK_SEED, _tensor_positions, check_graph, check_inputs,  # noqa: F401
-                              compare, forward_function, function_key, joint_function,
-                              joint_with_outputs, reshape_views, tensor_leaves, trace_joint)
+                              compare, flatten, forward_function, function_key, joint_function,
+                              joint_with_outputs, reduced_to, reshape_views, tensor_leaves,
+                              trace_backward, trace_joint)
 from funcbwd.fx.select_scatter import rewrite_select_scatter
+from funcbwd.batching import RULES
 from funcbwd.strategies import provenance
 from funcbwd.strategies.base import Strategy
 
@@ -144,6 +144,9 @@ class JointGraph:
     detail: str
     #: what :func:`funcbwd.fx.fallback_free.decompose_fallbacks` did (decomposed, left, probe)
     fallbacks: fallback_free.FallbackReport = fallback_free.FallbackReport()
+    #: the graph calls an op of :data:`funcbwd.batching.RULES` (the strategy's scoped rules are
+    #: entered around it only then: entering them registers kernels, per call)
+    needs_rules: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +234,11 @@ def _build(call: JointCall, logical: Sequence[Any], check: bool = True, decompos
                     + (f", {rewrites} select_scatter rewritten" if rewrites else "")
                     + (f", {reshaped} views as reshape" if reshaped else "")
                     + f"; {report.text()}; {detail}")
-            return JointGraph(gm, run, GRAPH if is_elided else UNELIDED, text, report)
+            final = fallback_free.final_report(report, gm, RULES)
+            text = text.replace(report.text(), final.text())
+            needs = any(n.op == "call_function" and fallback_free.op_name(n.target) in RULES
+                        for n in gm.graph.nodes)
+            return JointGraph(gm, run, GRAPH if is_elided else UNELIDED, text, final, needs)
     return Refused("graph check failed: " + "; un-elided: ".join(tried))
 
 
@@ -265,33 +272,6 @@ def _slower(hit: JointGraph, run: Callable, full: Sequence[Any], vjp_fn: Callabl
     return (f"the graph ({ops} ops) costs more "
             f"than torch's backward with its per-sample fallback at the first call "
             f"({graph * 1e6:.0f} us vs {eager * 1e6:.0f} us)")
-
-
-def _flatten(tree: Any) -> tuple[list, Any]:
-    """(leaves, structure key): a tuple of plain tensors (the common case) keyed by its length
-    (an int) without a pytree walk; anything else by its pytree spec's text."""
-    if type(tree) is tuple and all(type(t) is torch.Tensor for t in tree):
-        return list(tree), len(tree)
-    if type(tree) is torch.Tensor:
-        return [tree], "tensor"
-    leaves, spec = pytree.tree_flatten(tree)
-    return leaves, str(spec)
-
-
-def reduced_to(grad: Any, primal: Any) -> Any:
-    """``grad`` summed to ``primal``'s shape where that shape broadcasts to it, else as it is:
-    what the autograd engine does to every node's grads (``validate_outputs``), which the graph
-    bypasses. The trace's shapes already match; under vmap a batch rule may return a grad of
-    another rank than its unbatched op (torch 2.13's ``_cdist_backward`` rule pads an empty
-    cdist's grad to ``x1``'s shape with a leading 1), which eager's engine reduces silently."""
-    if not (isinstance(grad, torch.Tensor) and isinstance(primal, torch.Tensor)) \
-            or grad.shape == primal.shape:
-        return grad
-    try:
-        expandable = torch.broadcast_shapes(primal.shape, grad.shape) == grad.shape
-    except RuntimeError:
-        return grad
-    return grad.sum_to_size(primal.shape) if expandable else grad
 
 
 # ------------------------------------------------------------------------------ the strategy
@@ -373,6 +353,10 @@ class TracedBackward(Strategy):
             self._store(key, hit)
             return hit
 
+    def _runner(self, hit: JointGraph) -> Callable[[Sequence[Any]], Any]:
+        """The graph's run, inside the scoped rules where it needs them."""
+        return self.scoped_backward(hit.run) if hit.needs_rules else hit.run
+
     def cached(self) -> list[JointGraph | Refused | Passthrough]:
         with self._lock:
             return list(self._cache.values())
@@ -386,8 +370,8 @@ class TracedBackward(Strategy):
         tensors and constants ``fn`` reads but is not differentiated for, e.g. indices)."""
         inputs = tuple(inputs)
         out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
-        p_leaves, p_key = _flatten(primals)
-        i_leaves, i_key = _flatten(inputs)
+        p_leaves, p_key = flatten(primals)
+        i_leaves, i_key = flatten(inputs)
         f_key = function_key(fn)
         forward = (*p_leaves, *i_leaves)
         sig = positional_key(forward)
@@ -403,9 +387,9 @@ class TracedBackward(Strategy):
             if not internals.vmap_active():
                 provenance.record(self.name, PLAIN, False)
                 return vjp_fn(cotangents)
-            c_leaves, c_key = _flatten(cotangents)
+            c_leaves, c_key = flatten(cotangents)
             flat = (*p_leaves, *i_leaves, *c_leaves)
-            outputs = tuple(t for t in (_flatten(out)[0] if type(out) in (tuple, torch.Tensor)
+            outputs = tuple(t for t in (flatten(out)[0] if type(out) in (tuple, torch.Tensor)
                                         else tensor_leaves(out)) if isinstance(t, torch.Tensor))
             full = (*flat, *outputs)
             sig = positional_key(full)
@@ -439,7 +423,7 @@ class TracedBackward(Strategy):
                     forward_function(fn, p_spec, n_p, i_spec, n_i), flat, outputs,
                     tuple(isinstance(t, torch.Tensor) and internals.is_batched(t) for t in full)))
                 if isinstance(hit, JointGraph) and self.cost_gate and "hit the vmap fallback" in why:
-                    slower = _slower(hit, self.scoped_backward(hit.run), full, vjp_fn, cotangents)
+                    slower = _slower(hit, self._runner(hit), full, vjp_fn, cotangents)
                     if slower:  # the fallback is cheaper than the graph here: torch's backward
                         with self._lock:  # decided at this call's batch size, kept for the signature
                             self._store(key, Passthrough(slower))
@@ -450,7 +434,7 @@ class TracedBackward(Strategy):
                 provenance.record(self.name, FALLBACK, False, hit.reason)
                 return self.scoped_backward(torch.func.functionalize(vjp_fn))(cotangents)
             provenance.record(self.name, hit.mechanism, True, hit.detail + (f" ({why})" if why else ""))
-            grads = [reduced_to(g, p) for g, p in zip(self.scoped_backward(hit.run)(full), p_leaves)]
+            grads = [reduced_to(g, p) for g, p in zip(self._runner(hit)(full), p_leaves)]
             return tuple(grads) if p_key.__class__ is int else pytree.tree_unflatten(grads, p_spec)
 
         # the scoped rules (with_rules) cover the graph and the refusal's functionalized backward,
@@ -460,18 +444,3 @@ class TracedBackward(Strategy):
     def bookkeeping(self) -> Any:
         # The cache legitimately grows; what must return to rest is tracing in progress.
         return {"tracing_in_progress": self._tracing, "lock_held": self._lock.locked()}
-
-
-def trace_backward(vjp_fn: Callable[[tuple], Any], cotangents: tuple
-                   ) -> tuple[torch.fx.GraphModule, elide.ElisionReport]:
-    """(graph, elision report) of ONE vjp's backward, traced in real mode on plain
-    ``cotangents``: the saved tensors are graph constants, so the graph belongs to those primal
-    values. Not what the strategy runs (that is :func:`trace_joint`); kept as the counter-example
-    its check must catch (a graph baking the saved tensors) and for the layout tests."""
-    def backward(*cts: torch.Tensor) -> Any:
-        return vjp_fn(cts)
-
-    with internals.cleared_functorch_state():
-        gm = make_fx(torch.func.functionalize(backward, remove="mutations_and_views"),
-                     tracing_mode="real")(*cotangents)
-    return gm, elide.elide_copies(gm)
