@@ -193,6 +193,10 @@ def _timed(p: Prepared, in_dims: tuple, traced: TracedBackward, repeats: int, bu
     args = p.batched(in_dims)
     builtin = get_strategy("builtin")
     scoped = traced.with_rules()  # the rules around its graph, as in the sweep
+    with warnings.catch_warnings(), fallbacks_seen(), provenance.collecting() as events:
+        warnings.simplefilter("ignore")
+        p.call(scoped, in_dims, args)  # the first call at this batch: what it installs
+    installed = sorted({e.mechanism for e in events if e.strategy == traced.name})
     arms = [lambda: p.call(builtin, in_dims, args), lambda: p.call(scoped, in_dims, args)]
     contexts = [contextlib.nullcontext, contextlib.nullcontext]
     floor, how = fallback_targets.floor_function(p, in_dims) if with_floor else (None, "")
@@ -206,7 +210,7 @@ def _timed(p: Prepared, in_dims: tuple, traced: TracedBackward, repeats: int, bu
         "batch": p.batch, "repeats": t["repeats"], "numbers": t["numbers"],
         "builtin_s": cpu[0], "traced_s": cpu[1],
         "builtin_median_s": statistics.median(cpu[0]), "traced_median_s": statistics.median(cpu[1]),
-        "speedup": speedup, "speedup_ci95": ci}
+        "speedup": speedup, "speedup_ci95": ci, "installed": installed}
     if with_floor:
         if floor is None:
             out["floor"] = {"why": how}
@@ -284,7 +288,8 @@ def measure_op(name: str, batches: Sequence[int] = DEFAULT_BATCHES, repeats: int
                         row["by_batch"][str(batch)] = {"error": q}
                         continue
                     left = max(budget_s - (time.perf_counter() - start), 5.0) / max(len(batches), 1)
-                    timed = _timed(q, in_dims, traced, repeats, left, batch == FLOOR_BATCH)
+                    fresh = TracedBackward(cost_gate=True)  # its first call at this batch decides
+                    timed = _timed(q, in_dims, fresh, repeats, left, batch == FLOOR_BATCH)
                     if "floor" in timed:
                         row["floor"] = timed.pop("floor")
                     row["by_batch"][str(batch)] = timed
@@ -416,7 +421,8 @@ def format_result(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m funcbwd.studies.coverage.fallback_speedup",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", default=None, help="comma-separated OpInfo ids (default: candidates)")
     ap.add_argument("--batches", default=",".join(map(str, DEFAULT_BATCHES)),
                     help=f"comma-separated batch sizes (the floor at {FLOOR_BATCH})")
@@ -428,7 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="the sweep's data file whose builtin fallbacks name the candidates "
                          "(e.g. data/coverage.json.gz); required unless --ops")
     a = ap.parse_args(argv)
-    command.check_args_out(a)
+    if command.out_refused(ap.prog, a.out, a.force):
+        return 2
     if a.ops is None and a.coverage is None:
         ap.error("give --coverage FILE (the candidates) or --ops")
     batches = tuple(int(b) for b in a.batches.split(",") if b.strip())
