@@ -45,7 +45,6 @@ import datetime
 import gzip
 import json
 import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -56,6 +55,7 @@ import torch
 
 from funcbwd import command
 from funcbwd.errors import first_line
+from funcbwd.progress import Progress
 from funcbwd.studies.bench import results as bench_results
 from funcbwd.run.compare import compare
 from funcbwd.run.compositions import BUILDERS, Composition
@@ -342,7 +342,8 @@ def summarize(rows: Sequence[dict[str, Any]], batches: Sequence[int] = DEFAULT_B
     if not s:
         return {"measured": 0, "failed": len(rows), "target": TARGET, "met": False, "targets": t}
     q = statistics.quantiles(s, n=4, method="inclusive") if len(s) > 1 else [s[0]] * 3
-    return {"measured": len(s), "failed": len(rows) - len(s), "target": TARGET, "batch": SEARCH_BATCH,
+    batch = SEARCH_BATCH if SEARCH_BATCH in batches else batches[0]
+    return {"measured": len(s), "failed": len(rows) - len(s), "target": TARGET, "batch": batch,
             "median_speedup": statistics.median(s), "q1": q[0], "q3": q[2],
             "worst": {"op": measured[0]["op"], "speedup": s[0]},
             "best": {"op": measured[-1]["op"], "speedup": s[-1]},
@@ -369,10 +370,13 @@ def run(ops: str | Iterable[str] | None = None, batches: Sequence[int] = DEFAULT
     inputs (unless ``large`` is False)."""
     found = candidates(coverage_file) if coverage_file and Path(coverage_file).exists() else {}
     chosen = list(found) if ops is None else opinfo.select_ops(ops)
-    say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
+    prog = Progress("fallback speedup", total=len(chosen), enabled=progress)
     rows = []
-    with timing.one_torch_thread():
+    with prog, timing.one_torch_thread():
+        prog(f"{len(chosen)} ops, batches {list(batches)}, then {len(fallback_targets.LARGE_OPS)} "
+             f"large-input ops: about {max(1, round(len(chosen) * 5 / 60))} min here (2 cores)")
         for k, name in enumerate(chosen, 1):
+            prog.doing(name)
             row = measure_op(name, batches, repeats, budget_s)
             row["fallback_ops_in_sweep"] = found.get(name, [])
             rows.append(row)
@@ -386,8 +390,9 @@ def run(ops: str | Iterable[str] | None = None, batches: Sequence[int] = DEFAULT
                     text += " left: " + ",".join(o for o, _ in row["graph_fallbacks_left"])
             else:
                 text = f"failed: {row['reason']}"
-            say(f"[{k}/{len(chosen)}] {name}: {first_line(text, 70)} ({row['seconds']} s)")
-        large_rows = fallback_targets.large_inputs(time_arms, repeats, say) if large else []
+            prog(f"[{k}/{len(chosen)}] {name}: {first_line(text, 70)} ({row['seconds']} s)")
+            prog.advance(failed=row["status"] != "measured")
+        large_rows = fallback_targets.large_inputs(time_arms, repeats, prog) if large else []
     meta = {"torch": torch.__version__, "batches": list(batches), "search_batch": SEARCH_BATCH,
             "floor_batch": FLOOR_BATCH, "repeats": repeats, "budget_s": budget_s,
             "clock": "thread_cpu", "threads": 1, "date": datetime.date.today().isoformat(),
