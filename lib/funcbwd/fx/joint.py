@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import types
-import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -73,22 +72,24 @@ def tensor_leaves(tree: Any) -> list[torch.Tensor]:
     return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
 
-_KEYS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+#: id(fn) -> (fn, its key): the function kept alive with its entry, so the id is not reused
+_KEYS: dict[int, tuple[Any, Any]] = {}
+#: functions whose keys are kept (the oldest half dropped beyond it)
+KEYS_KEPT = 512
 
 
 def function_key(fn: Any) -> Any:
     """:func:`key_of` ``fn``, computed once per function object (a function's key is read when
     it is first seen: rebinding a cell it closes over later is not seen, as with a key by
-    identity)."""
-    try:
-        return _KEYS[fn]
-    except (KeyError, TypeError):
-        pass
+    identity). Per call: one dict lookup."""
+    hit = _KEYS.get(id(fn))
+    if hit is not None and hit[0] is fn:
+        return hit[1]
     key = _Key(key_of(fn))
-    try:
-        _KEYS[fn] = key
-    except TypeError:  # not weakly referenceable: computed per call
-        pass
+    if len(_KEYS) >= KEYS_KEPT:
+        for k in list(_KEYS)[: KEYS_KEPT // 2]:
+            del _KEYS[k]
+    _KEYS[id(fn)] = (fn, key)
     return key
 
 
@@ -280,8 +281,12 @@ def reshape_views(gm: torch.fx.GraphModule) -> int:
 def flatten(tree: Any) -> tuple[list, Any]:
     """(leaves, structure key): a tuple of plain tensors (the common case) keyed by its length
     (an int) without a pytree walk; anything else by its pytree spec's text."""
-    if type(tree) is tuple and all(type(t) is torch.Tensor for t in tree):
-        return list(tree), len(tree)
+    if type(tree) is tuple:
+        for t in tree:
+            if type(t) is not torch.Tensor:
+                break
+        else:
+            return list(tree), len(tree)
     if type(tree) is torch.Tensor:
         return [tree], "tensor"
     leaves, spec = pytree.tree_flatten(tree)

@@ -64,6 +64,7 @@ from funcbwd.run.functorch import SampleView
 from funcbwd.run.outcomes import fallbacks_seen
 from funcbwd.studies.bench import timing
 from funcbwd.studies.coverage import fallback_targets, opinfo
+from funcbwd.studies.coverage.fallback_targets import format_result  # noqa: F401 (the study's text)
 from funcbwd.strategies import get_strategy, provenance
 from funcbwd.strategies.traced_backward import FALLBACK, PASSTHROUGH, JointGraph, TracedBackward
 
@@ -401,28 +402,6 @@ def run(ops: str | Iterable[str] | None = None, batches: Sequence[int] = DEFAULT
             "method": __doc__.split("\n\n")[2].replace("\n", " ")}
     return {"meta": meta, "summary": summarize(rows, batches, large_rows), "ops": rows,
             "large": large_rows}
-
-
-def format_result(result: dict[str, Any]) -> str:
-    s = result["summary"]
-    meta = result["meta"]
-    lines = [f"{s['measured']} ops measured, {s['failed']} failed (batches "
-             f"{meta.get('batches', [meta.get('batch')])})"]
-    if s["measured"]:
-        lines.append(f"median speedup at B={s.get('batch', meta.get('batch'))} "
-                     f"{s['median_speedup']:.2f}x; quartiles {s['q1']:.2f}x .. "
-                     f"{s['q3']:.2f}x; worst {s['worst']['op']} {s['worst']['speedup']:.2f}x, "
-                     f"best {s['best']['op']} {s['best']['speedup']:.2f}x")
-        for k, ops in s["by_fallback_left"].items():
-            vals = sorted(ops.values())
-            lines.append(f"  traced_backward leaves {k} of builtin's fallback ops: {len(vals)} ops"
-                         + (f", median {statistics.median(vals):.2f}x" if vals else ""))
-    if "targets" in s:
-        lines += fallback_targets.format_targets(s["targets"])
-    for r in result["ops"]:
-        if r["status"] == "failed":
-            lines.append(f"  failed {r['op']}: {first_line(r['reason'], 80)}")
-    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -240,3 +240,25 @@ def format_targets(t: dict[str, Any]) -> list[str]:
                  f"{lg['rows']}" + (f"; worst {w['op']} B={w['batch']} {w['ratio']:.3f}x "
                                     f"[{w['ci95'][0]:.3f}, {w['ci95'][1]:.3f}]" if w else ""))
     return lines
+
+
+def format_result(result: dict[str, Any]) -> str:
+    s = result["summary"]
+    meta = result["meta"]
+    lines = [f"{s['measured']} ops measured, {s['failed']} failed (batches "
+             f"{meta.get('batches', [meta.get('batch')])})"]
+    if s["measured"]:
+        lines.append(f"median speedup at B={s.get('batch', meta.get('batch'))} "
+                     f"{s['median_speedup']:.2f}x; quartiles {s['q1']:.2f}x .. "
+                     f"{s['q3']:.2f}x; worst {s['worst']['op']} {s['worst']['speedup']:.2f}x, "
+                     f"best {s['best']['op']} {s['best']['speedup']:.2f}x")
+        for k, ops in s["by_fallback_left"].items():
+            vals = sorted(ops.values())
+            lines.append(f"  traced_backward leaves {k} of builtin's fallback ops: {len(vals)} ops"
+                         + (f", median {statistics.median(vals):.2f}x" if vals else ""))
+    if "targets" in s:
+        lines += format_targets(s["targets"])
+    for r in result["ops"]:
+        if r["status"] == "failed":
+            lines.append(f"  failed {r['op']}: {first_line(r['reason'], 80)}")
+    return "\n".join(lines)
