@@ -230,7 +230,7 @@ def _verdict(s: Mapping[str, Any]) -> str:
     not resolved), else from the median alone."""
     t = s.get("targets", {}).get("speedup_b8_plus")
     if t:
-        return f"{t['verdict']} at every batch >= 8"
+        return f"{t['verdict']} (median over the ops at every batch >= 8, from 95% intervals)"
     return "met" if s["met"] else "missed"
 
 
@@ -241,7 +241,7 @@ def _trace_time(fallback: Mapping[str, Any] | None) -> Estimate:
         return Estimate("traced", figure, None, "s", "no traced graph timed", (), "")
     return Estimate(
         "traced", figure, statistics.median(ts), "s",
-        f"traced_backward's trace seconds over {len(ts)} OpInfo ops",
+        f"traced_backward's trace seconds over the {len(ts)} OpInfo ops where it traced a graph",
         ("paid once per signature and cached (bounded LRU); graphs generated at build time "
          "would pay it never at run time", "tracing here is Python (make_fx over functionalize)"),
         "a run-time trace that must be repeated per call (signatures that never repeat)",
