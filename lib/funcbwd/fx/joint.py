@@ -6,6 +6,7 @@ outputs too), traced once per signature into a functionalized make_fx graph
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 from typing import Any, Callable, Sequence
@@ -16,7 +17,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from funcbwd import internals
-from funcbwd.fx import elide
+from funcbwd.fx import elide, fallback_free
 from funcbwd.errors import first_line
 from funcbwd.fx.formula_graphs import blank, tensor_spec
 
@@ -322,3 +323,52 @@ def trace_backward(vjp_fn: Callable[[tuple], Any], cotangents: tuple
         gm = make_fx(torch.func.functionalize(backward, remove="mutations_and_views"),
                      tracing_mode="real")(*cotangents)
     return gm, elide.elide_copies(gm)
+
+
+# ------------------------------------------------------------------------------ what a signature caches
+@dataclasses.dataclass(frozen=True)
+class JointGraph:
+    """The graph that runs for one signature: ``run(flat) -> grads (flat)``, ``flat`` the
+    primals', inputs' and cotangents' leaves, then the forward's tensor outputs."""
+
+    graph: torch.fx.GraphModule
+    run: Callable[[Sequence[Any]], Any]
+    #: the provenance text: :data:`GRAPH`, or :data:`UNELIDED` when the elided graph was refused
+    mechanism: str
+    detail: str
+    #: what :func:`funcbwd.fx.fallback_free.decompose_fallbacks` did (decomposed, left, probe)
+    fallbacks: fallback_free.FallbackReport = fallback_free.FallbackReport()
+    #: the graph calls an op of :data:`funcbwd.batching.RULES` (the strategy's scoped rules are
+    #: entered around it only then: entering them registers kernels, per call)
+    needs_rules: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """A cached negative result: no graph for this signature, and why."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Passthrough:
+    """A cached decision not to install a graph: torch's backward, run once under vmap with the
+    per-sample fallback disabled, neither fell back nor raised for this signature."""
+
+    reason: str = "torch's backward takes no per-sample fallback here"
+
+
+@dataclasses.dataclass(frozen=True)
+class JointCall:
+    """What one signature's graph is built from: ``traced`` (:func:`joint_with_outputs`) is
+    traced on ``flat`` (primals', inputs', cotangents' leaves); ``joint`` (grads only) and
+    ``forward`` (the outputs) are the eager references of the check; ``outputs``: the call's
+    forward outputs (graph inputs); ``batched``: which tensors of ``flat`` + ``outputs`` the call
+    batches (the fallback probe batches the same)."""
+
+    traced: Callable[..., tuple]
+    joint: Callable[..., tuple]
+    forward: Callable[..., list]
+    flat: tuple
+    outputs: tuple = ()
+    batched: tuple = ()

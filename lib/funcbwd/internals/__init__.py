@@ -159,6 +159,12 @@ def key_set(t: torch.Tensor) -> str:
     return str(torch._C._dispatch_keys(t))
 
 
+def batched_here(t: torch.Tensor) -> bool:
+    """True if ``t`` itself is a BatchedTensor (its outermost wrapper; one C call, per-call
+    cheap, unlike :func:`is_batched`'s walk). [traced_backward's keys]"""
+    return _F.is_batchedtensor(t)
+
+
 def is_batched(t: torch.Tensor) -> bool:
     """True if any wrapper in the chain is a BatchedTensor."""
     return any(kind == "Batched" for _, kind in _levels(t))

@@ -33,8 +33,10 @@ written.
 Cache: per function (:func:`funcbwd.fx.joint.function_key`: its code, and what it closes over,
 captured tensors by identity: a fresh closure of the same code over the same objects hits the
 same graph) and signature (shapes, strides, dtypes and devices of the tensors, values of the
-non-tensor leaves, the pytree structures), least recently used first out beyond
-:data:`CACHE_SIZE`. Tensors a caller varies must be primals or ``inputs``, not captured (a
+non-tensor leaves, the pytree structures, which tensors vmap batches), least recently used first
+out beyond :data:`CACHE_SIZE`. A passthrough is also kept per function and its primals' and
+inputs' ranks, dtypes and batching (a coarse key: the next call returns torch's own ``vjp_fn``
+after one dict lookup; a wrong hit can only run torch's backward, which is right). Tensors a caller varies must be primals or ``inputs``, not captured (a
 captured *batched* tensor makes tracing raise: fallback).
 
 Refused (the ``vjp_fn`` then runs under ``torch.func.functionalize``, ``whole``'s mechanism, with
@@ -77,7 +79,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import dataclasses
 import math
 import threading
 import time
@@ -93,10 +94,10 @@ from funcbwd import internals
 from funcbwd.errors import first_line
 from funcbwd.fx import codegen, elide, fallback_free
 from funcbwd.fx.formula_graphs import bindings_equivalent, flatten_args, positional_key, tensor_spec
-from funcbwd.fx.joint import (CHECK_SEED, _tensor_positions, check_graph, check_inputs,  # noqa: F401
-                              compare, flatten, forward_function, function_key, joint_function,
-                              joint_with_outputs, reduced_to, reshape_views, tensor_leaves,
-                              trace_backward, trace_joint)
+from funcbwd.fx.joint import (CHECK_SEED, JointCall, JointGraph, Passthrough, Refused,  # noqa: F401
+                              _tensor_positions, check_graph, check_inputs, compare, flatten,
+                              forward_function, function_key, joint_function, joint_with_outputs,
+                              reduced_to, reshape_views, tensor_leaves, trace_backward, trace_joint)
 from funcbwd.fx.select_scatter import rewrite_select_scatter
 from funcbwd.batching import RULES
 from funcbwd.strategies import provenance
@@ -132,54 +133,6 @@ def refusal(gm: torch.fx.GraphModule) -> str | None:
 
 
 # ------------------------------------------------------------------------------ one signature
-@dataclasses.dataclass(frozen=True)
-class JointGraph:
-    """The graph that runs for one signature: ``run(flat) -> grads (flat)``, ``flat`` the
-    primals', inputs' and cotangents' leaves, then the forward's tensor outputs."""
-
-    graph: torch.fx.GraphModule
-    run: Callable[[Sequence[Any]], Any]
-    #: the provenance text: :data:`GRAPH`, or :data:`UNELIDED` when the elided graph was refused
-    mechanism: str
-    detail: str
-    #: what :func:`funcbwd.fx.fallback_free.decompose_fallbacks` did (decomposed, left, probe)
-    fallbacks: fallback_free.FallbackReport = fallback_free.FallbackReport()
-    #: the graph calls an op of :data:`funcbwd.batching.RULES` (the strategy's scoped rules are
-    #: entered around it only then: entering them registers kernels, per call)
-    needs_rules: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Refused:
-    """A cached negative result: no graph for this signature, and why."""
-
-    reason: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Passthrough:
-    """A cached decision not to install a graph: torch's backward, run once under vmap with the
-    per-sample fallback disabled, neither fell back nor raised for this signature."""
-
-    reason: str = "torch's backward takes no per-sample fallback here"
-
-
-@dataclasses.dataclass(frozen=True)
-class JointCall:
-    """What one signature's graph is built from: ``traced`` (:func:`joint_with_outputs`) is
-    traced on ``flat`` (primals', inputs', cotangents' leaves); ``joint`` (grads only) and
-    ``forward`` (the outputs) are the eager references of the check; ``outputs``: the call's
-    forward outputs (graph inputs); ``batched``: which tensors of ``flat`` + ``outputs`` the call
-    batches (the fallback probe batches the same)."""
-
-    traced: Callable[..., tuple]
-    joint: Callable[..., tuple]
-    forward: Callable[..., list]
-    flat: tuple
-    outputs: tuple = ()
-    batched: tuple = ()
-
-
 def build(call: JointCall, check: bool = True, decompose: bool = True) -> JointGraph | Refused:
     """:func:`_build` outside every transform: the elision pass runs ops on the trace's fake
     tensors, which under a jvp level (vmapjvpvjp) corrupts the dispatch TLS on torch 2.13."""
@@ -247,6 +200,13 @@ def _build(call: JointCall, logical: Sequence[Any], check: bool = True, decompos
 COST_MARGIN = 1.1
 
 
+batched_here = internals.batched_here
+
+
+class _Other:
+    """A non-tensor argument in a passthrough key (its value is in the full signature only)."""
+
+
 def _slower(hit: JointGraph, run: Callable, full: Sequence[Any], vjp_fn: Callable,
             cotangents: Any) -> str:
     """Why torch's backward (with vmap's fallback) should run instead of the graph: the graph,
@@ -306,6 +266,7 @@ class TracedBackward(Strategy):
         self._lock = threading.Lock()
         self._cache: collections.OrderedDict[tuple, JointGraph | Refused | Passthrough] = \
             collections.OrderedDict()
+        self._passthrough: dict[tuple, Passthrough] = {}
         self.trace_seconds: list[float] = []
         self.trace_count = 0
         self._tracing = 0
@@ -321,6 +282,13 @@ class TracedBackward(Strategy):
             except KeyError:
                 pass
         return hit
+
+    def _store_passthrough(self, key: tuple, hit: Passthrough) -> None:
+        """A forward signature whose backward runs as is: a plain dict read once per call
+        (emptied when it holds :data:`CACHE_SIZE`; a miss only probes again)."""
+        if len(self._passthrough) >= CACHE_SIZE:
+            self._passthrough.clear()
+        self._passthrough[key] = hit
 
     def _store(self, key: tuple, hit: Any) -> None:
         self._cache[key] = hit
@@ -364,24 +332,26 @@ class TracedBackward(Strategy):
     def clear_cache(self) -> None:
         with self._lock:
             self._cache.clear()
+            self._passthrough.clear()
 
     def vjp(self, fn: Callable, *primals: Any, inputs: Sequence[Any] = ()):
         """``(out, vjp_fn)`` of ``fn(*primals, *inputs)`` with respect to ``primals`` (``inputs``:
         tensors and constants ``fn`` reads but is not differentiated for, e.g. indices)."""
         inputs = tuple(inputs)
-        out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
-        p_leaves, p_key = flatten(primals)
-        i_leaves, i_key = flatten(inputs)
         f_key = function_key(fn)
-        forward = (*p_leaves, *i_leaves)
-        sig = positional_key(forward)
-        # a forward signature whose backward ran under vmap without falling back: torch's own
-        # vjp_fn is returned as is (no wrapper, nothing more per call)
-        fwd_key = ("forward", f_key, p_key, i_key, sig if sig is not None else flatten_args(forward).key)
-        known = self.lookup(fwd_key)
-        if isinstance(known, Passthrough):
+        # a function whose backward ran under vmap without falling back (or ran cheaper than its
+        # graph), for these primals' and inputs' ranks and dtypes: torch's own vjp_fn is returned
+        # as is, nothing more per call. A coarse key on purpose (no shapes, strides): a wrong hit
+        # only runs torch's backward, which is always right; the graphs keep the full signature
+        fwd_key = (f_key, *[(t.dim(), t.dtype, batched_here(t)) if isinstance(t, torch.Tensor)
+                            else _Other for t in (*primals, *inputs)])
+        known = self._passthrough.get(fwd_key)
+        out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
+        if known is not None:
             provenance.record(self.name, PASSTHROUGH, False, known.reason)
             return out, vjp_fn
+        p_leaves, p_key = flatten(primals)
+        i_leaves, i_key = flatten(inputs)
 
         def traced_vjp_fn(cotangents: Any) -> Any:
             if not internals.vmap_active():
@@ -395,7 +365,9 @@ class TracedBackward(Strategy):
             sig = positional_key(full)
             if sig is None:
                 sig = flatten_args(full).key
-            key = (f_key, p_key, i_key, c_key, sig)
+            # which tensors vmap batches here decides whether torch's backward falls back
+            key = (f_key, p_key, i_key, c_key, sig,
+                   tuple(batched_here(t) for t in full if isinstance(t, torch.Tensor)))
             hit = self.lookup(key)
             if isinstance(hit, Passthrough):
                 provenance.record(self.name, PASSTHROUGH, False, hit.reason)
@@ -410,7 +382,7 @@ class TracedBackward(Strategy):
                 else:
                     with self._lock:
                         self._store(key, Passthrough())
-                        self._store(fwd_key, Passthrough())
+                        self._store_passthrough(fwd_key, Passthrough())
                     provenance.record(self.name, PASSTHROUGH, False, Passthrough().reason)
                     return grads
             p_spec = pytree.tree_structure(primals)
@@ -427,7 +399,7 @@ class TracedBackward(Strategy):
                     if slower:  # the fallback is cheaper than the graph here: torch's backward
                         with self._lock:  # decided at this call's batch size, kept for the signature
                             self._store(key, Passthrough(slower))
-                            self._store(fwd_key, Passthrough(slower))
+                            self._store_passthrough(fwd_key, Passthrough(slower))
                         provenance.record(self.name, PASSTHROUGH, False, slower)
                         return vjp_fn(cotangents)
             if isinstance(hit, Refused):
