@@ -89,7 +89,7 @@ def test_one_op_end_to_end_has_the_graph_report_and_every_batch():
     assert row["status"] == "measured", row.get("reason")
     assert row["installed"] == "graph" and row["graph_fallbacks_left"] == []
     assert "aten::unfold_backward" in row["graph_decomposed"]
-    assert row["traced_fallback_ops"] == []
+    assert row["traced_fallback_ops"] == [] and row["trace_s"] > 0
     b = row["by_batch"]["64"]
     assert len(b["builtin_s"]) == len(b["traced_s"]) == b["repeats"] >= fs.MIN_REPEATS
     assert b["speedup_ci95"][0] <= b["speedup"] <= b["speedup_ci95"][1]

@@ -281,7 +281,7 @@ def measure_op(name: str, batches: Sequence[int] = DEFAULT_BATCHES, repeats: int
                        graph_decomposed=list(report.decomposed) if report else [],
                        graph_fallbacks_left=[list(x) for x in report.left] if report else [],
                        graph_probe=report.probe if report else "",
-                       trace_s=(round(sum(traced.trace_seconds), 4) if traced.trace_count else None),
+                       trace_s=(round(sum(traced.trace_seconds), 4) if traced.trace_seconds else None),
                        by_batch={})
             try:
                 for batch in batches:
