@@ -230,7 +230,7 @@ def _verdict(s: Mapping[str, Any]) -> str:
     not resolved), else from the median alone."""
     t = s.get("targets", {}).get("speedup_b8_plus")
     if t:
-        return f"{t['verdict']} (median over the ops at every batch >= 8, from 95% intervals)"
+        return f"{t['verdict']}, median over the ops at every batch >= 8, from 95% intervals"
     return "met" if s["met"] else "missed"
 
 
