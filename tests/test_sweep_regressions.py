@@ -59,7 +59,7 @@ def test_traced_backward_view_of_a_batched_intermediate_runs_as_reshape():
     fn = lambda x: x.reshape(3, 4) * w  # noqa: E731
     x = torch.randn(B, 12, generator=_gen(1))
     ct = torch.randn(3, B, 4, generator=_gen(2))
-    st = TracedBackward()
+    st = TracedBackward(install="always")  # the graph itself is under test
     got, want = _graph_ran(st, fn, (x,), ct, (0, 1))
     torch.testing.assert_close(got, want)
     (graph,) = [h.graph for h in st.cached()]
@@ -73,7 +73,7 @@ def test_traced_backward_stft_batched_at_the_last_dim():
     fn = lambda x: torch.stft(x, n_fft=10, window=torch.ones(10), return_complex=True)  # noqa: E731
     x = torch.randn(100, B, dtype=torch.complex64, generator=_gen(3))
     ct = torch.randn(10, 51, B, dtype=torch.complex64, generator=_gen(4))
-    got, want = _graph_ran(TracedBackward(), fn, (x,), ct, (-1, -1))
+    got, want = _graph_ran(TracedBackward(install="always"), fn, (x,), ct, (-1, -1))
     torch.testing.assert_close(got, want)
 
 
@@ -83,7 +83,7 @@ def test_traced_backward_cdist_with_an_empty_input_keeps_the_primal_shapes():
     x1 = torch.randn(B, 0, 4, 5, generator=_gen(5))
     x2 = torch.randn(B, 3, 5, generator=_gen(6))
     ct = torch.randn(B, 0, 4, 3, generator=_gen(7))
-    got, want = _graph_ran(TracedBackward(), fn, (x1, x2), ct, (0, 0, 0))
+    got, want = _graph_ran(TracedBackward(install="always"), fn, (x1, x2), ct, (0, 0, 0))
     assert [g.shape for g in got] == [(B, 0, 4, 5), (B, 3, 5)]
     torch.testing.assert_close(got, want)
 
