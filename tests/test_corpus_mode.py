@@ -22,22 +22,6 @@ DATA = ROOT / "data" / "yourcode-corpus.json"
 
 #: case -> (transforms where the mode fails, why): the mode's expected failures
 MODE_FAILS: dict[str, tuple[tuple[str, ...], str]] = {
-    "nflows:unconstrained_rational_quadratic_spline": (
-        ("vmap_vmap",),
-        "`if torch.any(inside_interval_mask)`: a branch on a per-sample value; the outer vmap's "
-        "per-sample loop runs the inner vmap plainly, which meets the same branch"),
-    "torch_geometric:scatter-sum-per-graph": (
-        ("vmap_vmap",), "`int(index.max()) + 1` reads a per-sample value (as nflows)"),
-    "pytorch3d:matrix_to_axis_angle": (
-        ("vmap_vmap",),
-        "a selection indexed and reduced over its rows (`matrix[near_pi][..., 0, :]`, "
-        "`torch.norm(n)`): only a per-sample loop runs it, and the inner vmap is not one"),
-    "roma:rotmat_to_unitquat": (
-        ("vmap_vmap",), "`torch.nonzero(mask, as_tuple=True)` indices, as pytorch3d"),
-    "torchaudio:lfilter-a_coeffs": (
-        ("vmap_vjp", "vmap_jacrev", "hessian"),
-        "the loop reads windows of the output buffer it writes (autograd refuses it as written, "
-        "so no per-sample run works either); @functionalized on the function fixes it"),
     "vector_quantize:VectorQuantize": (
         TRANSFORMS,
         "the codebook's moving average is written into module buffers (through `.data`): "

@@ -76,8 +76,24 @@ def old_function(x):
     return OldScale.apply(x, 3.0).sin()
 
 
+def saved_overwrite(x):  # torchaudio's lfilter pattern: a window read (saved), then written
+    buf = torch.zeros(x.shape[0] + 1)
+    for i in range(x.shape[0]):
+        w = buf[i:i + 1]
+        buf[i + 1] = (w * x[i]).sum() + x[i]  # autograd saved w for x's gradient
+    return buf
+
+
+def saved_overwrite_rewrite(x):
+    ys = [torch.zeros(())]
+    for i in range(x.shape[0]):
+        ys.append(ys[-1] * x[i] + x[i])
+    return torch.stack(ys)
+
+
 CASES = {
     "factory": (factory_write, lambda x: torch.cat([torch.zeros(1), x * 2, torch.zeros(1)]), 2),
+    "saved_overwrite": (saved_overwrite, saved_overwrite_rewrite, 4),
     "views": (view_write, lambda x: torch.diag(x.exp()), 3),
     "unbind": (unbind_write, lambda x: torch.stack([x, x.sin()]), 3),
     "mask": (mask_write, mask_write_rewrite, 5),
@@ -178,6 +194,47 @@ def test_mutation_ctx_attributes_dropped_is_caught(monkeypatch):
     xs = inputs(4)
     got = run_inplace(lambda: torch.func.vmap(jacrev(old_function))(xs))
     assert not torch.allclose(got, per_sample_jacobians(lambda x: (x * 3.0).sin(), xs))
+
+
+def test_mutation_writes_on_copies_in_place_is_caught(monkeypatch):
+    def in_place(self, func, args, kwargs):
+        return func(*args, **kwargs)  # the write lands in the tensor autograd saved
+
+    monkeypatch.setattr(InplaceMode, "_write_on_copy", in_place)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        funcbwd.vmap(jacrev(saved_overwrite))(inputs(4))
+
+
+def temporary_view_rows(x):
+    t = torch.zeros(x.shape[0], 2)
+    rows = list(t.t())  # views of a temporary view (t.t()), gone after this line
+    rows[0].copy_(x)
+    rows[1].copy_(x.sin())
+    return t
+
+
+def test_views_of_a_temporary_view_are_rederived_by_the_mode_itself():
+    xs = inputs(3)
+    got = run_inplace(lambda: torch.func.vmap(temporary_view_rows)(xs))  # no later stage
+    torch.testing.assert_close(got, torch.stack([torch.stack([x, x.sin()], 1) for x in xs]))
+
+
+def branchy(x):  # a branch on a per-sample value: only a per-sample loop runs it
+    return x * 2 if x.sum() > 0 else x.sin()
+
+
+@pytest.mark.parametrize("how", ["allow_inplace", "dropin"])
+def test_vmap_of_vmap_of_a_value_read_runs_each_inner_entry(how):
+    xs = torch.randn(2, B, 3, generator=torch.Generator().manual_seed(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PerSampleLoopWarning)
+        if how == "dropin":
+            got = funcbwd.vmap(funcbwd.vmap(branchy))(xs)
+        else:
+            with funcbwd.allow_inplace():
+                got = torch.func.vmap(torch.func.vmap(branchy))(xs)
+    torch.testing.assert_close(got, torch.stack([torch.stack([branchy(x) for x in row])
+                                                 for row in xs]))
 
 
 # --- what the caller owns, what is refused, what is left behind ------------------------------

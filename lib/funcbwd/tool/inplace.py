@@ -21,6 +21,9 @@ What else the mode does, each only where the code as written cannot run:
   ``backward`` run under a mode of its own, fresh arguments promoted before the call
   (:mod:`funcbwd.tool.oldstyle`);
 * ``op(..., out=t)`` runs out of place, then ``t.copy_``; ``.data`` under vmap is ``detach()``;
+* with ``on_copy`` (a later retry stage of :func:`funcbwd.vmap`), every write into a fresh
+  tensor goes into a copy that then takes the tensor's place: a value autograd saved is never
+  overwritten (code autograd refuses as written then works);
 * a tensor the caller owns (a closure, a module's buffer or cache) written with per-sample values
   is *borrowed*: promoted for the rest of the call and given back as it was when the call ends
   (:class:`BorrowedTensorWarning`, with the user's file:line); a write through ``.data`` or a view
@@ -88,15 +91,22 @@ def _inplace(name: str) -> bool:
 
 
 class _Node:
-    """A fresh tensor (``parent is None``) or a view of one, and how to re-derive the view."""
+    """A fresh tensor (``parent is None``) or a view of one, and how to re-derive the view.
 
-    __slots__ = ("ref", "parent", "derive", "views", "stale", "__weakref__")
+    A view's node holds its parent tensor (``of``): a view made of a temporary view
+    (``for o in t.permute(2, 0, 1)``) must be re-derived through it after the temporary's
+    Python object is gone (holding it costs no memory: it shares the view's storage). A root
+    holds its views weakly: they go when their tensors do."""
 
-    def __init__(self, t: torch.Tensor, parent: "_Node | None", derive) -> None:
+    __slots__ = ("ref", "parent", "of", "derive", "views", "stale", "__weakref__")
+
+    def __init__(self, t: torch.Tensor, parent: "_Node | None" = None, derive=None,
+                 of: torch.Tensor | None = None) -> None:
         self.ref = weakref.ref(t)
         self.parent = parent
+        self.of = of
         self.derive = derive
-        self.views: list[_Node] = []  # a root's views, all depths, creation order
+        self.views: list[weakref.ref[_Node]] = []  # a root's views, all depths, creation order
         self.stale = False  # a view whose root was promoted since it was derived
 
     def root(self) -> "_Node":
@@ -109,11 +119,14 @@ class _Node:
 class InplaceMode(MaskRules, TorchFunctionMode):
     """See the module docstring. One instance per call of the function it runs."""
 
-    def __init__(self, isolated: bool = False) -> None:
+    def __init__(self, isolated: bool = False, on_copy: bool = False) -> None:
         """``isolated``: refuse any in-place write into a tensor not made in the call (the
-        per-sample loop's mode: one entry must not see another's writes)."""
+        per-sample loop's mode: one entry must not see another's writes). ``on_copy``: every
+        write into a fresh tensor goes into a copy of it, which then takes the tensor's place
+        (:meth:`_write_on_copy`)."""
         super().__init__()
         self.isolated = isolated
+        self.on_copy = on_copy
         self.nodes: dict[int, _Node] = {}
         self.selections: dict[int, tuple[weakref.ref, tuple]] = {}  # id(dense) -> (mask, rest)
         self.stale = 0  # views waiting to be re-derived after a promotion
@@ -165,10 +178,26 @@ class InplaceMode(MaskRules, TorchFunctionMode):
         new = internals.zeros_at_every_level(base.shape, base.dtype, base.device)
         new.copy_(base)  # keeps the old contents and their autograd history
         internals.swap_impl(base, new)
-        for view in root.views:
+        self._views_stale(root)
+
+    def _view(self, out: torch.Tensor, of: torch.Tensor, derive) -> None:
+        """Track ``out``, a view of the tracked ``of``, re-derived as ``derive(of)``."""
+        parent = self._node(of)
+        node = _Node(out, parent, derive, of)
+        parent.root().views.append(weakref.ref(node))
+        self._remember(out, node)
+
+    def _views_stale(self, root: _Node) -> None:
+        alive = []
+        for ref in root.views:
+            view = ref()
+            if view is None:
+                continue
+            alive.append(ref)
             if not view.stale:
                 view.stale = True  # re-derived when next used (:meth:`_refresh`)
                 self.stale += 1
+        root.views = alive
 
     def _refresh(self, node: _Node) -> None:
         """Re-derive a stale view from its (refreshed) parent, keeping its Python identity. Done
@@ -176,11 +205,11 @@ class InplaceMode(MaskRules, TorchFunctionMode):
         write would hold autograd's view of the base as it was then."""
         if node.parent.stale:
             self._refresh(node.parent)
-        t, parent = node.ref(), node.parent.ref()
+        t = node.ref()
         node.stale = False
         self.stale -= 1
-        if t is not None and parent is not None:
-            internals.swap_impl(t, node.derive(parent))
+        if t is not None:
+            internals.swap_impl(t, node.derive(node.of))
 
     def _refresh_args(self, args: tuple, kwargs: dict) -> None:
         for a in _tensors((args, kwargs)):
@@ -250,7 +279,13 @@ class InplaceMode(MaskRules, TorchFunctionMode):
             selected = self._selected_call(func, name, args, kwargs)
             if selected is not None:
                 return selected
+        if self.on_copy and (_inplace(name) and name != "__setitem__") and args:
+            self._maybe_promote(args[0], _tensors((args[1:], kwargs)))
+            if self._node(args[0]) is not None:
+                return self._write_on_copy(func, args, kwargs)
         if name == "__setitem__":
+            if self.on_copy and self._node(args[0]) is not None:
+                func = functools.partial(self._setitem_on_copy, func)
             return self._setitem(func, *args)
         if name == "__getitem__":
             masked = self._masked_getitem(args[0], args[1])
@@ -270,6 +305,32 @@ class InplaceMode(MaskRules, TorchFunctionMode):
             self._mask_provenance(name, args, kwargs, out)
         return out
 
+    # --- writes on copies (the ``on_copy`` stage) ---------------------------------------------
+    def _write_on_copy(self, func, args: tuple, kwargs: dict) -> Any:
+        """``func(t, ...)`` (an in-place op on a fresh ``t``) run on ``t``'s view of a copy of its
+        base; the base then takes the copy's contents (:func:`funcbwd.internals.swap_impl`: its
+        old contents stay with whatever autograd saved of them) and its views are re-derived when
+        next used. What autograd refuses as written (a value it saved for the backward,
+        overwritten later) then works: nothing it saved is ever written."""
+        node = self._node(args[0])
+        root = node.root()
+        base = root.ref()
+        copy = base.clone()
+        chain = []
+        while node.parent is not None:
+            chain.append(node)
+            node = node.parent
+        target = copy
+        for view in reversed(chain):
+            target = view.derive(target)
+        out = func(target, *args[1:], **kwargs)
+        internals.swap_impl(base, copy)
+        self._views_stale(root)
+        return args[0] if out is target else out
+
+    def _setitem_on_copy(self, setitem, t: torch.Tensor, index: Any, value: Any) -> None:
+        self._write_on_copy(setitem, (t, index, value), {})
+
     def _out(self, func, args: tuple, kwargs: dict) -> torch.Tensor:
         """``op(..., out=t)`` under vmap (most ``.out`` overloads have no batching rule): the op
         out of place, then ``t.copy_`` of the result (``t`` promoted as any in-place target)."""
@@ -286,10 +347,7 @@ class InplaceMode(MaskRules, TorchFunctionMode):
         first = args[0] if args else None
         parent = self._node(first)
         if parent is not None and out is not first and internals.alias_of(out, first):
-            rest = args[1:]
-            node = _Node(out, parent, lambda p, f=func, r=rest, k=kwargs: f(p, *r, **k))
-            parent.root().views.append(node)
-            self._remember(out, node)
+            self._view(out, first, lambda p, f=func, r=args[1:], k=kwargs: f(p, *r, **k))
             return
         inputs = _tensors((args, kwargs))
         if any(out is a for a in inputs):
@@ -302,7 +360,7 @@ class InplaceMode(MaskRules, TorchFunctionMode):
             if out is not first and not whole:  # a view of something the caller owns
                 self.caller_aliases[id(out)] = weakref.ref(out)
             return
-        self._remember(out, _Node(out, None, None))
+        self._remember(out, _Node(out))
 
     def _refuse_shared_write(self, target: Any) -> None:
         if isinstance(target, torch.Tensor) and self._node(target) is None:
@@ -315,11 +373,8 @@ class InplaceMode(MaskRules, TorchFunctionMode):
         """``t.data`` under vmap: ``t.detach()`` (the same storage, no autograd history), tracked
         as a view of ``t`` when ``t`` is fresh."""
         out = t.detach()
-        parent = self._node(t)
-        if parent is not None:
-            node = _Node(out, parent, lambda p: p.detach())
-            parent.root().views.append(node)
-            self._remember(out, node)
+        if self._node(t) is not None:
+            self._view(out, t, torch.Tensor.detach)
         else:
             self.caller_aliases[id(out)] = weakref.ref(out)
         return out
@@ -327,7 +382,8 @@ class InplaceMode(MaskRules, TorchFunctionMode):
     def _as_single_views(self, func, name, args, kwargs):
         t = args[0]
         pieces = func(*args, **kwargs)  # for the sizes only: the pieces themselves are dropped
-        dim = kwargs.get("dim", args[2] if len(args) > 2 else 0)
+        at = 1 if name == "unbind" else 2  # unbind(t, dim), split(t, size, dim), chunk(t, n, dim)
+        dim = kwargs.get("dim", args[at] if len(args) > at else 0)
         dim = dim % t.dim() if t.dim() else 0
         out, start = [], 0
         for i, p in enumerate(pieces):
@@ -339,8 +395,6 @@ class InplaceMode(MaskRules, TorchFunctionMode):
                 view = t.narrow(dim, start, n)
                 derive = functools.partial(torch.narrow, dim=dim, start=start, length=n)
                 start += n
-            node = _Node(view, self._node(t), lambda parent, d=derive: d(parent))
-            node.parent.root().views.append(node)
-            self._remember(view, node)
+            self._view(view, t, derive)
             out.append(view)
         return tuple(out)

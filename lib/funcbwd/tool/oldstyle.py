@@ -211,9 +211,9 @@ class functions_converted:
             _ACTIVE.reset(self._token)
 
 
-def run_inplace(call: Callable[[], Any], isolated: bool = False) -> Any:
+def run_inplace(call: Callable[[], Any], isolated: bool = False, on_copy: bool = False) -> Any:
     """``call()`` under the in-place mode with custom Functions converted (what each retry of
-    :func:`funcbwd.vmap` and the decorator's as-written fallback run); ``isolated``: see
-    :class:`InplaceMode`."""
-    with functions_converted(), InplaceMode(isolated=isolated):
+    :func:`funcbwd.vmap` and the decorator's as-written fallback run); ``isolated``,
+    ``on_copy``: see :class:`InplaceMode`."""
+    with functions_converted(), InplaceMode(isolated=isolated, on_copy=on_copy):
         return call()

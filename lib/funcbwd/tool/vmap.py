@@ -12,9 +12,11 @@ today's cost). Only when that raises one of the errors in-place code causes (:fu
 the call re-run with :class:`funcbwd.tool.inplace.InplaceMode` (fresh tensors promoted when a
 batched value is written into them, batched-mask writes as ``where``, old-style
 ``autograd.Function`` classes converted; see that module), after putting torch's CPU random
-state back; if that fails too, with the function :func:`funcbwd.functionalized` (which handles
-code autograd refuses as written, e.g. a buffer read after it was overwritten). If both fail,
-torch's own error is raised with one note saying what funcbwd tried. A function that changed one
+state back; if that fails, with the mode writing into copies of fresh tensors (code autograd
+refuses as written: a buffer window it saved, overwritten later, as torchaudio's ``lfilter``);
+then with the function :func:`funcbwd.functionalized`; then once per batch entry (a per-sample
+value read; a vmap inside one entry retries on its own, so ``vmap(vmap(f))`` works too). If all
+fail, torch's own error is raised with one note saying what funcbwd tried. A function that changed one
 of its tensor inputs in place before failing is not re-run (the retry would see the changed
 input): that raises one line saying so. A (function, argument signature) that needed a retry goes
 straight to what worked on later calls.
@@ -35,6 +37,7 @@ import torch
 
 from funcbwd import internals
 from funcbwd.errors import FuncbwdError, first_line
+from funcbwd.tool.masks import InplaceModeError
 from funcbwd.tool.oldstyle import mode_active, run_inplace
 
 __all__ = ["vmap", "allow_inplace", "fixable", "run_inplace", "PerSampleLoopWarning"]
@@ -52,11 +55,16 @@ _FIXABLE = (
     "do not allow the output views to be modified inplace",
     "doesn't match the broadcast shape",        # an unbatched out= / in-place target
     ".out. We could not generate a fallback",   # an out= op into an unbatched tensor
+    "aten::nonzero",                            # torch.where(c) / nonzero of a per-sample mask
+    "modified by an inplace operation",         # a value autograd saved, overwritten: on copies
 )
 
 
 def fixable(error: BaseException) -> bool:
-    """True if ``error`` is one the in-place mode exists for."""
+    """True if ``error`` is one the in-place mode exists for (or the mode's own refusal: a vmap
+    inside one entry of the per-sample loop runs under that entry's mode)."""
+    if isinstance(error, InplaceModeError):
+        return True
     text = str(error)
     return isinstance(error, RuntimeError) and any(m in text for m in _FIXABLE)
 
@@ -71,7 +79,9 @@ def _signature(flat: list) -> tuple:
     return tuple((a.shape, a.dtype) if isinstance(a, torch.Tensor) else type(a) for a in flat)
 
 
-_RETRYING: contextvars.ContextVar[bool] = contextvars.ContextVar("funcbwd_retrying", default=False)
+#: True while a retry stage runs (a vmap called inside runs as the stage runs it); False inside
+#: one entry of the per-sample loop (a vmap called there has its own retries); None outside
+_INNER: contextvars.ContextVar[bool | None] = contextvars.ContextVar("funcbwd_inner", default=None)
 
 
 @dataclasses.dataclass
@@ -122,7 +132,8 @@ class _Retry:
     @classmethod
     def call(cls, func: Callable[..., Any], call: _Call) -> Any:
         """``call.run(func)`` (torch's vmap), then the stages if it raised a fixable error."""
-        if mode_active() or _RETRYING.get():
+        inner = _INNER.get()
+        if inner or (inner is None and mode_active()):
             return call.run(func)  # inside a retry: inner vmaps run as the retry runs them
         args, kwargs, randomness = call.args, call.kwargs, call.randomness
         flat = _leaves(args, kwargs)
@@ -150,14 +161,14 @@ class _Retry:
             for how, stage in _STAGES.items():
                 if rng is not None:
                     torch.set_rng_state(rng)
-                token = _RETRYING.set(True)
+                token = _INNER.set(True)
                 try:
                     out = stage(func, call)
                 except Exception as e:  # noqa: BLE001 - torch's own error, ours noted
                     failures.append(f"{how}: {type(e).__name__}: {first_line(str(e), 120)}")
                     continue
                 finally:
-                    _RETRYING.reset(token)
+                    _INNER.reset(token)
                 cls._remember(key, how)
                 return out
             plain.add_note("funcbwd could not run it either; " + "; ".join(failures))
@@ -166,6 +177,10 @@ class _Retry:
 
 def _mode_stage(func: Any, call: _Call) -> Any:
     return run_inplace(lambda: call.run(func))
+
+
+def _on_copy_stage(func: Any, call: _Call) -> Any:
+    return run_inplace(lambda: call.run(func), on_copy=True)
 
 
 def _functionalized_stage(func: Any, call: _Call) -> Any:
@@ -197,8 +212,13 @@ def _loop_stage(func: Any, call: _Call) -> Any:
         if rng is not None:
             torch.set_rng_state(rng)
         sample = [a.select(d, i) if d is not None else a for a, d in zip(flat, dims)]
-        outs.append(run_inplace(lambda s=sample: func(*internals.unflatten(s, spec), **call.kwargs),
-                                isolated=True))
+        token = _INNER.set(False)  # a vmap inside the entry (vmap(vmap(f))) retries on its own
+        try:
+            outs.append(run_inplace(
+                lambda s=sample: func(*internals.unflatten(s, spec), **call.kwargs),
+                isolated=True))
+        finally:
+            _INNER.reset(token)
     LOOP_RUNS[0] += 1
     key = getattr(func, "__code__", id(func))
     if key not in _LOOP_WARNED:
@@ -210,8 +230,8 @@ def _loop_stage(func: Any, call: _Call) -> Any:
 
 
 #: what is tried, in order, after torch's own vmap raised an error in-place code causes
-_STAGES = {"in-place mode": _mode_stage, "functionalized": _functionalized_stage,
-           "per-sample loop": _loop_stage}
+_STAGES = {"in-place mode": _mode_stage, "writes on copies": _on_copy_stage,
+           "functionalized": _functionalized_stage, "per-sample loop": _loop_stage}
 
 
 def vmap(func: Callable[..., Any], in_dims: Any = 0, out_dims: Any = 0,
