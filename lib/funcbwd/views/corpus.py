@@ -14,7 +14,7 @@ LABELS = {
     "decorator": "`@funcbwd.functionalized` where a user puts it",
     "batched": "functorch#1025 option 1: factories batched under vmap (prototype)",
     "lazy": "functorch#1025 option 2: lazy promotion on first batched write",
-    "mode": "`with funcbwd.allow_inplace():` (plain first, then the mode)",
+    "mode": "`with funcbwd.allow_inplace():` (plain first, then the retry stages)",
     "dropin": "`funcbwd.vmap` for the user's own vmap",
 }
 

@@ -17,7 +17,7 @@ LABELS = {
     "decorator": "`@funcbwd.functionalized` where a user puts it",
     "batched": "functorch#1025 option 1: factories batched under vmap",
     "lazy": "functorch#1025 option 2: lazy promotion on the first batched write",
-    "mode": "shipped policy: plain first, then the mode, then functionalized",
+    "mode": "shipped policy: plain first, then the mode's retry stages",
     "dropin": "`funcbwd.vmap` in place of the user's own vmap",
 }
 
@@ -83,8 +83,9 @@ def users(corpus: Mapping[str, Any] | None) -> list[str]:
             f"than batched factories (option 1, {batched['fixed']}) and the decorator "
             f"({deco['fixed']}); its {len(lazy['regressions'])} regressions are cells that work "
             "plain (" + ", ".join(f"`{c}` {t}" for c, t in lazy["regressions"]) + "), where it "
-            "should not run at all. The shipped policy (plain first, then the mode, then "
-            f"functionalized) fixes {mode['fixed']} with {len(mode['regressions'])} regressions "
+            "should not run at all. The shipped policy (plain first; on an in-place error the "
+            "mode, then the mode writing on copies, then functionalized, then a per-sample loop) "
+            f"fixes {mode['fixed']} with {len(mode['regressions'])} regressions "
             f"and {len(mode['wrong'])} wrong answers.")
         out += para(
             "Recommendation for core: an opt-in lazy promotion in vmap's in-place error path: "
