@@ -120,6 +120,33 @@ def test_the_cost_targets_say_missed_when_missed():
     assert "<= 1.2x: met" in corpus.cost_markdown(fast)
 
 
+def test_the_memory_target_says_missed_when_missed():
+    data = json.loads((ROOT / "data" / "yourcode-cost.json").read_text())
+    for median, word in ((1.5, "MISSED"), (1.0, "met")):
+        d = json.loads(json.dumps(data))
+        d["summary"]["memory"]["median"] = median  # mutation: the saved memory ratio moved
+        row = next(line for line in corpus.cost_markdown(d).splitlines() if "peak memory" in line
+                   and "<= 1.1x" in line)
+        assert row.endswith(f"<= 1.1x: {word} |")
+
+
+def test_peak_memory_sees_what_a_call_holds_at_once():
+    import torch
+
+    from funcbwd import internals
+
+    def one():
+        a = torch.zeros(250_000)
+        return (a + 1).sum()  # a and a + 1: two at once
+
+    def two_more():
+        a, b = torch.zeros(250_000), torch.zeros(250_000)
+        return (a + b + 1).sum()  # a, b, a + b, then + 1: four at once
+
+    assert internals.peak_cpu_bytes(one) >= 2 * 1_000_000
+    assert internals.peak_cpu_bytes(two_more) >= internals.peak_cpu_bytes(one) + 1_000_000
+
+
 def test_the_runner_refuses_an_empty_or_unknown_selection(capsys, tmp_path):
     assert corpus_run.main(["--cases", "no-such-case", "--out", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err

@@ -374,6 +374,7 @@ def test_code_that_works_plain_runs_plain(monkeypatch):
         return original(self, *a, **k)
 
     monkeypatch.setattr(InplaceMode, "__torch_function__", spy)
+    monkeypatch.setattr(inplace.Replay, "__torch_function__", spy)
     out = funcbwd.vmap(lambda x: x.sin() * 2)(inputs(3))
     torch.testing.assert_close(out, inputs(3).sin() * 2)
     assert seen == []  # code that works plain never enters the mode ...
@@ -395,6 +396,85 @@ def test_a_signature_that_needed_the_mode_goes_straight_to_it():
     first = len(attempts)
     g(inputs(2))
     assert first == 2 and len(attempts) == 3  # plain + retry, then the mode only
+
+
+def _counting(monkeypatch, cls):
+    calls = []
+    original = cls.__torch_function__
+
+    def spy(self, *a, **k):
+        calls.append(1)
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(cls, "__torch_function__", spy)
+    return calls
+
+
+def test_a_later_call_replays_the_plan_without_the_mode(monkeypatch):
+    def f(x):  # a fresh function: nothing remembered yet
+        y = torch.zeros(3, 3)
+        y.diagonal().copy_(x.exp())
+        return y * 2
+
+    xs = inputs(3)
+    funcbwd.vmap(f)(xs)
+    full, replayed = _counting(monkeypatch, InplaceMode), _counting(monkeypatch, inplace.Replay)
+    got = funcbwd.vmap(f)(xs * 2)
+    torch.testing.assert_close(got, torch.stack([torch.diag(x.exp()) * 2 for x in xs * 2]))
+    assert replayed and not full
+
+
+def test_mutation_a_plan_that_promotes_nothing_is_caught(monkeypatch):
+    def f(x):
+        y = torch.zeros(4)
+        y[1:3] = x * 2
+        return y
+
+    xs = inputs(2)
+    funcbwd.vmap(f)(xs)
+    monkeypatch.setattr(inplace.Replay, "__init__", lambda self, plan: (
+        inplace.Replay.__bases__[0].__init__(self),
+        setattr(self, "names", plan[0]), setattr(self, "promoted", frozenset()),
+        setattr(self, "borrowed_at", plan[2]), setattr(self, "count", 0),
+        setattr(self, "borrowed", []))[0])
+    full = _counting(monkeypatch, InplaceMode)
+    got = funcbwd.vmap(f)(xs)  # the replay fails as vmap fails; the full mode runs it
+    torch.testing.assert_close(got, torch.stack([factory_write(x) for x in xs]))
+    assert full  # so the replay test above can fail
+
+
+def test_a_plan_whose_program_changed_runs_the_full_mode():
+    flag = {"extra": False}
+
+    def f(x):
+        y = torch.zeros(2)
+        if flag["extra"]:
+            y = y + 1  # another op: the plan no longer fits
+        y[0] = x.sum()
+        return y
+
+    xs = inputs(2)
+    funcbwd.vmap(f)(xs)
+    flag["extra"] = True
+    got = funcbwd.vmap(f)(xs)
+    torch.testing.assert_close(got, torch.stack([torch.stack([x.sum(), torch.ones(())])
+                                                 for x in xs]))
+
+
+def test_a_replayed_call_gives_the_callers_tensor_back():
+    buf = torch.zeros(3)
+
+    def f(x):
+        buf.copy_(x)
+        return buf * 2
+
+    xs = inputs(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", inplace.BorrowedTensorWarning)
+        funcbwd.vmap(f)(xs)
+        got = funcbwd.vmap(f)(xs + 1)  # replayed
+    torch.testing.assert_close(got, (xs + 1) * 2)
+    assert buf.tolist() == [0.0, 0.0, 0.0] and not torch._C._functorch.is_batchedtensor(buf)
 
 
 def test_the_tool_imports_nothing_heavy():

@@ -90,6 +90,19 @@ def _inplace(name: str) -> bool:
                              and name not in _NOT_WRITES)
 
 
+#: the ops the handler does something special for, besides in-place ones
+_SPECIAL = {"__get__", "__getitem__", "__setitem__", "unbind", "split", "chunk"}
+_ORDINARY: dict[str, bool] = {}
+
+
+def _ordinary(name: str) -> bool:
+    """True for an op the handler only runs and tracks (no write, no special rule)."""
+    hit = _ORDINARY.get(name)
+    if hit is None:
+        hit = _ORDINARY[name] = not (_inplace(name) or name in _SPECIAL)
+    return hit
+
+
 class _Node:
     """A fresh tensor (``parent is None``) or a view of one, and how to re-derive the view.
 
@@ -98,11 +111,12 @@ class _Node:
     Python object is gone (holding it costs no memory: it shares the view's storage). A root
     holds its views weakly: they go when their tensors do."""
 
-    __slots__ = ("ref", "parent", "of", "derive", "views", "stale", "__weakref__")
+    __slots__ = ("ref", "parent", "of", "derive", "views", "stale", "born", "__weakref__")
 
     def __init__(self, t: torch.Tensor, parent: "_Node | None" = None, derive=None,
-                 of: torch.Tensor | None = None) -> None:
+                 of: torch.Tensor | None = None, born: int = -1) -> None:
         self.ref = weakref.ref(t)
+        self.born = born  # a root: the index of the op that made it (see InplaceMode.plan)
         self.parent = parent
         self.of = of
         self.derive = derive
@@ -114,6 +128,13 @@ class _Node:
         while node.parent is not None:
             node = node.parent
         return node
+
+
+def _forget(nodes: dict, key: int, ref: weakref.ref) -> None:
+    """A tracked tensor is gone: drop its node (unless the id already names a newer tensor)."""
+    node = nodes.get(key)
+    if node is not None and node.ref is ref:
+        del nodes[key]
 
 
 class InplaceMode(MaskRules, TorchFunctionMode):
@@ -133,6 +154,12 @@ class InplaceMode(MaskRules, TorchFunctionMode):
         self.borrowed: list[tuple[torch.Tensor, torch.Tensor]] = []  # (caller's, its old contents)
         self.caller_aliases: dict[int, weakref.ref] = {}  # aliases of caller's tensors made here
         self.provenance: dict[int, tuple] = {}  # id(bool tensor) -> (ref, how it was computed)
+        # what :meth:`plan` returns: every op's name, the ops whose outputs were promoted later,
+        # the writes into tensors the caller owns; ``special``: anything else was done
+        self.names: list[str] = []
+        self.promoted_at: set[int] = set()
+        self.borrowed_at: set[int] = set()
+        self.special = isolated or on_copy
 
     def __enter__(self) -> "InplaceMode":
         self._token = _CURRENT.set(self)
@@ -147,6 +174,13 @@ class InplaceMode(MaskRules, TorchFunctionMode):
                 internals.swap_impl(t, old)
             self.borrowed.clear()
 
+    def plan(self) -> "Plan | None":
+        """What a later call of the same function on the same signature needs (:class:`Replay`),
+        or None if this call needed more than promotions and borrowed tensors."""
+        if self.special:
+            return None
+        return Plan(tuple(self.names), frozenset(self.promoted_at), frozenset(self.borrowed_at))
+
     # --- bookkeeping ---------------------------------------------------------------------------
     def _node(self, t: Any) -> _Node | None:
         if not isinstance(t, torch.Tensor):
@@ -156,8 +190,8 @@ class InplaceMode(MaskRules, TorchFunctionMode):
 
     def _remember(self, t: torch.Tensor, node: _Node) -> None:
         key = id(t)
+        node.ref = weakref.ref(t, functools.partial(_forget, self.nodes, key))
         self.nodes[key] = node
-        weakref.finalize(t, self.nodes.pop, key, None)
 
     def _selection(self, t: Any) -> tuple | None:
         if not isinstance(t, torch.Tensor):
@@ -166,6 +200,7 @@ class InplaceMode(MaskRules, TorchFunctionMode):
         return hit[1] if hit is not None and hit[0]() is t else None
 
     def _select(self, dense: torch.Tensor, found: tuple) -> torch.Tensor:
+        self.special = True
         key = id(dense)
         self.selections[key] = (weakref.ref(dense), found)
         weakref.finalize(dense, self.selections.pop, key, None)
@@ -174,6 +209,7 @@ class InplaceMode(MaskRules, TorchFunctionMode):
     # --- promotion ---------------------------------------------------------------------------
     def _promote(self, node: _Node) -> None:
         root = node.root()
+        self.promoted_at.add(root.born)
         base = root.ref()
         new = internals.zeros_at_every_level(base.shape, base.dtype, base.device)
         new.copy_(base)  # keeps the old contents and their autograd history
@@ -221,6 +257,7 @@ class InplaceMode(MaskRules, TorchFunctionMode):
         """Promote a tensor the caller owns (a closure, a module's buffer or cache) for the rest of
         the call, and give it back as it was when the call ends: each batch entry sees its own
         writes inside the call; after it, no one entry's value would be right."""
+        self.borrowed_at.add(len(self.names) - 1)
         new = internals.zeros_at_every_level(t.shape, t.dtype, t.device)
         new.copy_(t)
         internals.swap_impl(t, new)  # ``new`` now holds the caller's contents
@@ -232,7 +269,8 @@ class InplaceMode(MaskRules, TorchFunctionMode):
 
     def promote_arguments(self, args: tuple) -> None:
         """Before a custom Function runs: fresh arguments lacking a vmap level of another argument
-        are promoted (its ``forward`` may write into them, where the mode cannot see)."""
+        are promoted (its ``forward`` may write into them, where the mode cannot see): a
+        replay promotes them when they are made (their ops are in :attr:`promoted_at`)."""
         tensors = _tensors(args)
         for t in tensors:
             if self._node(t) is not None:
@@ -268,6 +306,13 @@ class InplaceMode(MaskRules, TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = _name(func)
+        self.names.append(name)
+        if not (self.stale or self.selections) and _ordinary(name) and "out" not in kwargs:
+            out = func(*args, **kwargs)  # the common case: an op that writes nothing
+            self._track(func, args, kwargs, out)
+            if isinstance(out, torch.Tensor) and out.dtype == torch.bool:
+                self._mask_provenance(name, args, kwargs, out)
+            return out
         if name == "__get__":  # an attribute read (.shape, .dtype, .data, ...)
             if func.__self__ is torch.Tensor.data and internals.vmap_active():
                 return self._data(args[0])  # torch refuses ``.data`` under vmap
@@ -334,6 +379,7 @@ class InplaceMode(MaskRules, TorchFunctionMode):
     def _out(self, func, args: tuple, kwargs: dict) -> torch.Tensor:
         """``op(..., out=t)`` under vmap (most ``.out`` overloads have no batching rule): the op
         out of place, then ``t.copy_`` of the result (``t`` promoted as any in-place target)."""
+        self.special = True
         rest = {k: v for k, v in kwargs.items() if k != "out"}
         result = func(*args, **rest)
         target = kwargs["out"]
@@ -346,21 +392,28 @@ class InplaceMode(MaskRules, TorchFunctionMode):
             return
         first = args[0] if args else None
         parent = self._node(first)
-        if parent is not None and out is not first and internals.alias_of(out, first):
+        dense = internals.dense(out)
+        # only a view, ``detach`` or an op returning its input (a no-op ``.to``: under a transform
+        # a new wrapper around the same tensor) aliases an input: one cheap test for the rest
+        if dense._is_view() or _name(func) == "detach":
+            def aliases(a: Any) -> bool:
+                return internals.dense_alias_of(dense, a)
+        else:
+            def aliases(a: Any) -> bool:
+                return isinstance(a, torch.Tensor) and internals.dense(a) is dense
+        if parent is not None and out is not first and aliases(first):
             self._view(out, first, lambda p, f=func, r=args[1:], k=kwargs: f(p, *r, **k))
             return
         inputs = _tensors((args, kwargs))
         if any(out is a for a in inputs):
             return  # an in-place op's own result
-        # also a non-view: under a transform a no-op conversion (``.to``) of a caller's tensor is a
-        # new wrapper around the same storage
-        if any(internals.alias_of(out, a) for a in inputs):
+        if any(aliases(a) for a in inputs):
             whole = _name(func) in _NO_OP_CONVERSIONS and isinstance(
                 first, torch.Tensor) and out.shape == first.shape
             if out is not first and not whole:  # a view of something the caller owns
                 self.caller_aliases[id(out)] = weakref.ref(out)
             return
-        self._remember(out, _Node(out))
+        self._remember(out, _Node(out, born=len(self.names) - 1))
 
     def _refuse_shared_write(self, target: Any) -> None:
         if isinstance(target, torch.Tensor) and self._node(target) is None:
@@ -372,7 +425,7 @@ class InplaceMode(MaskRules, TorchFunctionMode):
     def _data(self, t: torch.Tensor) -> torch.Tensor:
         """``t.data`` under vmap: ``t.detach()`` (the same storage, no autograd history), tracked
         as a view of ``t`` when ``t`` is fresh."""
-        out = t.detach()
+        out = t.detach()  # a replay does the same (its base promoted when made: no view to redo)
         if self._node(t) is not None:
             self._view(out, t, torch.Tensor.detach)
         else:
@@ -380,6 +433,7 @@ class InplaceMode(MaskRules, TorchFunctionMode):
         return out
 
     def _as_single_views(self, func, name, args, kwargs):
+        self.special = True
         t = args[0]
         pieces = func(*args, **kwargs)  # for the sizes only: the pieces themselves are dropped
         at = 1 if name == "unbind" else 2  # unbind(t, dim), split(t, size, dim), chunk(t, n, dim)
@@ -398,3 +452,66 @@ class InplaceMode(MaskRules, TorchFunctionMode):
             self._view(view, t, derive)
             out.append(view)
         return tuple(out)
+
+
+class Diverged(Exception):
+    """A :class:`Replay` met an op its plan does not have there: the call needs the full mode."""
+
+
+class Plan(tuple):
+    """What :class:`InplaceMode` did on a call: ``(names, promoted, borrowed)``, the name of every
+    op in order, the indices of the ops whose outputs it promoted (later, on a write), the
+    indices of the writes into tensors the caller owns."""
+
+    def __new__(cls, names: tuple, promoted: frozenset, borrowed: frozenset) -> "Plan":
+        return super().__new__(cls, (names, promoted, borrowed))
+
+
+class Replay(TorchFunctionMode):
+    """A later call of a function :class:`InplaceMode` ran with only promotions and borrowed
+    tensors (its :class:`Plan`): each op runs as called, the outputs the mode promoted are
+    batched when made (the same values: a promotion copies), the caller's tensors are borrowed
+    before the same writes. No other bookkeeping: the cost of a mode that only counts ops. An op
+    that differs from the plan's (another branch taken) raises :class:`Diverged`; a write the plan
+    did not foresee fails as vmap fails: the caller then runs the full mode. A promotion never
+    changes a value, so a plan can only make a call fail, never make it wrong."""
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__()
+        self.names, self.promoted, self.borrowed_at = plan
+        self.data_reads = {i for i, n in enumerate(self.names) if n == "__get__"}
+        self.count = 0
+        self.borrowed: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            for t, old in reversed(self.borrowed):
+                internals.swap_impl(t, old)
+            self.borrowed.clear()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        i = self.count
+        self.count = i + 1
+        if i >= len(self.names) or _name(func) != self.names[i]:
+            raise Diverged(f"op {i}: {_name(func)!r}, the plan has "
+                           f"{self.names[i] if i < len(self.names) else 'no more'!r}")
+        if i in self.borrowed_at:
+            t = args[0]
+            new = internals.zeros_at_every_level(t.shape, t.dtype, t.device)
+            new.copy_(t)
+            internals.swap_impl(t, new)
+            self.borrowed.append((t, new))
+        if (i in self.data_reads and func.__self__ is torch.Tensor.data
+                and internals.vmap_active()):
+            out = args[0].detach()  # as InplaceMode: torch refuses ``.data`` under vmap
+        else:
+            out = func(*args, **(kwargs or {}))
+        if i in self.promoted:
+            if not isinstance(out, torch.Tensor) or internals.dense(out)._is_view():
+                raise Diverged(f"op {i} ({_name(func)!r}) made no new tensor to promote")
+            new = internals.zeros_at_every_level(out.shape, out.dtype, out.device)
+            new.copy_(out)
+            return new
+        return out

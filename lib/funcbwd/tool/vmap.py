@@ -38,7 +38,8 @@ import torch
 from funcbwd import internals
 from funcbwd.errors import FuncbwdError, first_line
 from funcbwd.tool.masks import InplaceModeError
-from funcbwd.tool.oldstyle import mode_active, run_inplace
+from funcbwd.tool.inplace import InplaceMode, Plan, Replay
+from funcbwd.tool.oldstyle import functions_converted, mode_active, run_inplace
 
 __all__ = ["vmap", "allow_inplace", "fixable", "run_inplace", "PerSampleLoopWarning"]
 
@@ -95,6 +96,7 @@ class _Call:
     chunk_size: int | None
     args: tuple
     kwargs: dict
+    plan: Plan | None = None  # what the in-place mode stage did, if a replay can redo it
 
     def run(self, f: Any) -> Any:
         return self.impl(f, self.in_dims, self.out_dims, self.randomness, self.chunk_size,
@@ -105,7 +107,8 @@ class _Retry:
     """The plain attempt, the retries and the memory of what worked, for one vmap'd function."""
 
     _lock = threading.Lock()
-    _worked: "collections.OrderedDict[tuple, str]" = collections.OrderedDict()
+    #: key -> (the stage that worked, its plan if it was the in-place mode's and it has one)
+    _worked: "collections.OrderedDict[tuple, tuple[str, Plan | None]]" = collections.OrderedDict()
     MAXSIZE = 1024
 
     @staticmethod
@@ -119,12 +122,12 @@ class _Retry:
         return (code, cells, sig)
 
     @classmethod
-    def _remember(cls, key: tuple, how: str | None) -> None:
+    def _remember(cls, key: tuple, how: str | None, plan: Plan | None = None) -> None:
         with cls._lock:
             if how is None:
                 cls._worked.pop(key, None)
                 return
-            cls._worked[key] = how
+            cls._worked[key] = (how, plan)
             cls._worked.move_to_end(key)
             while len(cls._worked) > cls.MAXSIZE:
                 cls._worked.popitem(last=False)
@@ -138,25 +141,34 @@ class _Retry:
         args, kwargs, randomness = call.args, call.kwargs, call.randomness
         flat = _leaves(args, kwargs)
         key = cls._key(func, _signature(flat))
-        how = cls._worked.get(key)
-        if how is not None:  # what worked last time; if it no longer does, start over
-            try:
-                return _STAGES[how](func, call)
-            except Exception:  # noqa: BLE001
-                cls._remember(key, None)
         # under randomness="error" a random op raises: no random state to put back
         rng = torch.get_rng_state() if randomness != "error" else None
         versions = [(a, a._version) for a in flat if isinstance(a, torch.Tensor)]
+        worked = cls._worked.get(key)
+        if worked is not None:  # what worked last time; if it no longer does, start over
+            how, plan = worked
+            if plan is not None:
+                try:
+                    return _replay(func, call, plan)
+                except Exception as e:  # noqa: BLE001 - the full stage runs it instead
+                    _not_rerun_on_changed_inputs(func, versions, e)
+                    if rng is not None:
+                        torch.set_rng_state(rng)
+            try:
+                out = _STAGES[how](func, call)
+                cls._remember(key, how, call.plan)
+                return out
+            except Exception as e:  # noqa: BLE001 - start over: plain, then every stage
+                cls._remember(key, None)
+                _not_rerun_on_changed_inputs(func, versions, e)
+                if rng is not None:
+                    torch.set_rng_state(rng)
         try:
             return call.run(func)
         except Exception as plain:  # noqa: BLE001 - only fixable errors are retried
             if not fixable(plain):
                 raise
-            if any(t._version != v for t, v in versions):
-                raise FuncbwdError(
-                    f"{getattr(func, '__name__', func)} wrote into one of its inputs before vmap "
-                    f"refused an in-place write ({first_line(str(plain), 80)}); funcbwd does not "
-                    "re-run it on changed inputs: clone the input first") from plain
+            _not_rerun_on_changed_inputs(func, versions, plain)
             failures = []
             for how, stage in _STAGES.items():
                 if rng is not None:
@@ -169,14 +181,36 @@ class _Retry:
                     continue
                 finally:
                     _INNER.reset(token)
-                cls._remember(key, how)
+                cls._remember(key, how, call.plan)
                 return out
             plain.add_note("funcbwd could not run it either; " + "; ".join(failures))
             raise plain from None
 
 
+def _not_rerun_on_changed_inputs(func: Any, versions: list, error: Exception) -> None:
+    if any(t._version != v for t, v in versions):
+        raise FuncbwdError(
+            f"{getattr(func, '__name__', func)} wrote into one of its inputs before vmap "
+            f"refused an in-place write ({first_line(str(error), 80)}); funcbwd does not "
+            "re-run it on changed inputs: clone the input first") from error
+
+
 def _mode_stage(func: Any, call: _Call) -> Any:
-    return run_inplace(lambda: call.run(func))
+    with functions_converted(), InplaceMode() as mode:
+        out = call.run(func)
+    call.plan = mode.plan()
+    return out
+
+
+def _replay(func: Any, call: _Call, plan: Plan) -> Any:
+    """A call the in-place mode ran before, with only its promotions and borrowed tensors
+    (:class:`funcbwd.tool.inplace.Replay`); a vmap inside runs as it ran under the mode."""
+    token = _INNER.set(True)
+    try:
+        with functions_converted(), Replay(plan):  # custom Functions as under the mode
+            return call.run(func)
+    finally:
+        _INNER.reset(token)
 
 
 def _on_copy_stage(func: Any, call: _Call) -> Any:
