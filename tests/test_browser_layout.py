@@ -49,7 +49,7 @@ MIDWORD_CUTS = """(root) => {
         cuts.push({word: m[0], where: text.slice(Math.max(0, m.index - 30), m.index + m[0].length + 10)});
     }
   }
-  for (const el of root.querySelectorAll('*')) {
+  for (const el of [root, ...root.querySelectorAll('*')]) {
     if (skip(el)) continue;
     const s = getComputedStyle(el);
     if ((s.overflowX === 'hidden' || s.textOverflow === 'ellipsis') && el.scrollWidth > el.clientWidth + 1
