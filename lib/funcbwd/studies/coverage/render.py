@@ -181,7 +181,8 @@ def _html_table(heads: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     head = "".join(f'<th style="{_CELL}">{html.escape(h)}</th>' for h in heads)
     body = "".join("<tr>" + "".join(f'<td style="{_CELL}">{html.escape(str(c))}</td>' for c in row)
                    + "</tr>" for row in rows)
-    return f'<table style="{TABLE_STYLE}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return (f'<table style="{TABLE_STYLE}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
 
 
 def verdicts_html(vs: Sequence[dict[str, Any]], only: Sequence[str] | None = None) -> str:
@@ -223,8 +224,8 @@ def regressions_text(regressions: Sequence[dict[str, Any]], width: int = WIDTH) 
     """:func:`regression_groups` as wrapped text, lines <= ``width`` (nothing cut)."""
     out = [f"{len(regressions)} regression cells in {len(regression_groups(regressions))} groups"]
     for g in regression_groups(regressions):
-        out.append(paragraph(f"{g['strategy']} {g['composition']}: {g['cells']} cells, {g['status']} "
-                             f"{g['reason']}: {g['message']}", width, "- ", "    "))
+        out.append(paragraph(f"{g['strategy']} {g['composition']}: {g['cells']} cells, "
+                             f"{g['status']} {g['reason']}: {g['message']}", width, "- ", "    "))
         out.append(paragraph(f"ops: {_ops_text(g['ops'])}", width, "    ", "      "))
     return "\n".join(out)
 
