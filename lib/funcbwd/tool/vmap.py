@@ -19,7 +19,9 @@ value read; a vmap inside one entry retries on its own, so ``vmap(vmap(f))`` wor
 fail, torch's own error is raised with one note saying what funcbwd tried. A function that changed one
 of its tensor inputs in place before failing is not re-run (the retry would see the changed
 input): that raises one line saying so. A (function, argument signature) that needed a retry goes
-straight to what worked on later calls.
+straight to what worked on later calls; where that was the in-place mode doing nothing but
+promote and borrow tensors (its :class:`~funcbwd.tool.inplace.Plan`), a later call replays just
+that (:class:`~funcbwd.tool.inplace.Replay`), and runs the full mode if the program changed.
 """
 
 from __future__ import annotations
