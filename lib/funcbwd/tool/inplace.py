@@ -14,8 +14,8 @@ stays unbatched (no copy, no memory), ``.item()`` of one that was never written 
 
 What else the mode does, each only where the code as written cannot run:
 
-* ``unbind`` / ``split`` / ``chunk`` of a fresh tensor return ``select`` / ``narrow`` views (the same
-  values; autograd refuses in-place writes into multi-output views once the base is promoted);
+* ``unbind`` / ``split`` / ``chunk`` of a fresh tensor return ``select`` / ``narrow`` views (the
+  same values; autograd refuses in-place writes into multi-output views once the base is promoted);
 * boolean-mask reads and writes with a per-sample mask as ``where`` (:mod:`funcbwd.tool.masks`);
 * custom ``torch.autograd.Function`` classes: old-style ones converted, every ``forward`` and
   ``backward`` run under a mode of its own, fresh arguments promoted before the call

@@ -16,9 +16,9 @@ state back; if that fails, with the mode writing into copies of fresh tensors (c
 refuses as written: a buffer window it saved, overwritten later, as torchaudio's ``lfilter``);
 then with the function :func:`funcbwd.functionalized`; then once per batch entry (a per-sample
 value read; a vmap inside one entry retries on its own, so ``vmap(vmap(f))`` works too). If all
-fail, torch's own error is raised with one note saying what funcbwd tried. A function that changed one
-of its tensor inputs in place before failing is not re-run (the retry would see the changed
-input): that raises one line saying so. A (function, argument signature) that needed a retry goes
+fail, torch's own error is raised with one note saying what funcbwd tried. A function that
+changed one of its tensor inputs in place before failing is not re-run (the retry would see the
+changed input): that raises one line saying so. A (function, argument signature) that needed a retry goes
 straight to what worked on later calls; where that was the in-place mode doing nothing but
 promote and borrow tensors (its :class:`~funcbwd.tool.inplace.Plan`), a later call replays just
 that (:class:`~funcbwd.tool.inplace.Replay`), and runs the full mode if the program changed.
