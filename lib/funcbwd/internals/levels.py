@@ -129,14 +129,21 @@ def function_is_old_style(cls: type) -> bool:
 
 @contextlib.contextmanager
 def function_apply_replaced(make) -> Iterator[None]:
-    """``torch.autograd.Function.apply`` as ``make(original)`` while the block runs."""
+    """``torch.autograd.Function.apply`` as ``make(original)`` while the block runs, where
+    ``original(cls, *args, **kwargs)`` is torch's ``apply`` for ``cls``: a Python classmethod up
+    to torch 2.13, a C++ ``classmethod_descriptor`` (no ``__func__``) from 2.14 on; ``__get__``
+    binds either to ``cls``."""
     fn = torch.autograd.Function
-    original = fn.__dict__["apply"]
-    fn.apply = classmethod(make(original.__func__))
+    descriptor = fn.__dict__["apply"]
+
+    def original(cls: type, *args, **kwargs):
+        return descriptor.__get__(None, cls)(*args, **kwargs)
+
+    fn.apply = classmethod(make(original))
     try:
         yield
     finally:
-        fn.apply = original
+        fn.apply = descriptor
 
 
 def leaves(tree) -> list:

@@ -200,9 +200,11 @@ class functions_converted:
     """While active (and the mode flag is set), old-style Functions' ``apply`` converts them."""
 
     def __enter__(self) -> None:
-        self._token = _ACTIVE.set(True)
         self._patch = internals.function_apply_replaced(_apply_converting)
         self._patch.__enter__()
+        # set only once patched: a flag left set would make every later funcbwd.vmap skip its
+        # retries (it would take itself for a vmap inside a retry)
+        self._token = _ACTIVE.set(True)
 
     def __exit__(self, *exc: Any) -> None:
         try:
