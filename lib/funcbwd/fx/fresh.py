@@ -1,7 +1,7 @@
 """Fresh factories: tensors whose every element is one known value, and reads of them folded.
 
-A tensor made by ``zeros``, ``ones``, ``full`` (or their ``*_like`` / ``new_*`` forms) holds its fill
-value everywhere, and so does every view of it (a view selects elements of its base): in a
+A tensor made by ``zeros``, ``ones``, ``full`` (or their ``*_like`` / ``new_*`` forms) holds its
+fill value everywhere, and so does every view of it (a view selects elements of its base): in a
 functionalized graph nothing writes it afterwards. :func:`fill_of` says which value a node holds
 (``EMPTY`` for ``empty``: unknown values), for this pass and :mod:`funcbwd.fx.fresh_scatter`.
 

@@ -146,8 +146,8 @@ def _interleaved(graph: torch.fx.Graph, chain: list[Write], base: torch.Tensor, 
         return None
     piece_shape = list(base.shape)
     piece_shape[dim] = size // k
-    pieces = [by_residue[r].src if r in by_residue else full_like_meta(graph, base, piece_shape, fill)
-              for r in range(k)]
+    pieces = [by_residue[r].src if r in by_residue
+              else full_like_meta(graph, base, piece_shape, fill) for r in range(k)]
     stacked = _emit(graph, aten.stack.default, (pieces, dim + 1))
     return _emit(graph, aten.view.default, (stacked, list(base.shape)))
 
