@@ -3,6 +3,8 @@ under transforms, and a broken one is caught by its check (mutations)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch.func import jacrev, vjp, vmap
@@ -213,3 +215,28 @@ def test_a_broken_pass_is_refused_by_its_check(monkeypatch, name, broken, fn, ar
     graph, report = passes.apply_checked(trace_formula(fn, args, elide_copies=True),
                                          lambda gm: _UNCHECKED, ((name, broken),))
     assert report.applied and not torch.allclose(graph(*args), fn(*args))
+
+
+class _Wrapped(torch.Tensor):
+    """Stands for a functorch TensorWrapper constant: it cannot be deep-copied."""
+
+    def __deepcopy__(self, memo):
+        raise NotImplementedError("Cannot access storage of TensorWrapper")
+
+
+def test_passes_copy_a_graph_whose_constant_cannot_be_deep_copied():
+    # KalmanNet: object state from an earlier transformed call becomes a graph constant wrapped
+    # by functorch; the passes copy the graph over the same constants (a deepcopy raised, the
+    # build failed and the signature fell back to the slow path)
+    def f(y):
+        z = torch.zeros(2, 3)
+        z[0] = y * const
+        return z
+
+    const = torch.randn(3).as_subclass(_Wrapped)
+    gm = trace_formula(f, (torch.randn(3),), elide_copies=True)
+    with pytest.raises(NotImplementedError):
+        copy.deepcopy(gm)
+    graph, report = passes.apply_checked(gm, lambda gm: _UNCHECKED)
+    assert report.applied.get("fresh_scatters")
+    assert all(graph.get_buffer(name) is t for name, t in gm.named_buffers() if name in graph.code)

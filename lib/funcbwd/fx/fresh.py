@@ -15,6 +15,7 @@ elision (:mod:`funcbwd.fx.passes`).
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -40,12 +41,21 @@ _FILLS: dict[Any, Any] = {
 _REINTERPRET = (aten.view.dtype, aten.view_as_real.default, aten.view_as_complex.default)
 
 
+def _viewed(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The tensor ``node`` is a view of (through an item of ``unbind``/``split``), or None."""
+    if node.op == "call_function" and node.target is operator.getitem:
+        node = node.args[0]  # an item of a multi-output op: a view if the op returns views
+    if not _is_view(node) or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    return node.args[0]
+
+
 def _root(node: torch.fx.Node) -> torch.fx.Node | None:
     """The factory ``node`` views (itself for a factory), or None if a view reinterprets."""
-    while _is_view(node) and isinstance(node.args[0], torch.fx.Node):
+    while (base := _viewed(node)) is not None:
         if node.target in _REINTERPRET:
             return None
-        node = node.args[0]
+        node = base
     return node
 
 
@@ -83,7 +93,7 @@ def fold_fresh_reads(gm: torch.fx.GraphModule) -> int:
     outputs = set(output_nodes(graph))
     count = 0
     for node in list(graph.nodes):
-        if not _is_view(node) or not _read(node):
+        if not (_is_view(node) and isinstance(node.meta.get("val"), torch.Tensor) and _read(node)):
             continue
         fill = fill_of(node)
         if fill is None or fill is EMPTY or reaches_output(node, outputs) or reads_storage(node):

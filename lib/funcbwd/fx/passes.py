@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import torch.fx
 
+from funcbwd.errors import first_line
 from funcbwd.fx.cse import merge_common_subexpressions
 from funcbwd.fx.fresh import fold_fresh_reads
 from funcbwd.fx.fresh_scatter import rewrite_fresh_scatters
@@ -29,6 +30,12 @@ PASSES: tuple[tuple[str, Callable[[torch.fx.GraphModule], int]], ...] = (
     ("fresh_scatters", rewrite_fresh_scatters),
     ("fresh_reads", fold_fresh_reads),
 )
+
+
+def copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm``'s graph (nodes and their metadata dicts) over the same constants: a
+    constant captured from inside a transform (a wrapped tensor) cannot be deep-copied."""
+    return torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
 
 
 @dataclasses.dataclass
@@ -47,8 +54,12 @@ def apply_checked(gm: torch.fx.GraphModule, check: Callable[[torch.fx.GraphModul
     final graph and what was kept. ``passes`` defaults to :data:`PASSES` (read at the call)."""
     report = PassReport()
     for name, run in PASSES if passes is None else passes:
-        candidate = copy.deepcopy(gm)
-        count = run(candidate)
+        candidate = copy_graph(gm)
+        try:
+            count = run(candidate)
+        except Exception as e:  # noqa: BLE001 - a pass that cannot handle a graph keeps it as is
+            report.refused[name] = f"the pass raised {type(e).__name__}: {first_line(str(e))}"
+            continue
         if not count:
             continue
         result = check(candidate)
