@@ -19,8 +19,9 @@ show, in one place:
   :func:`funcbwd.fx.elide.elide_copies` applied, and :func:`check_elision` comparing the two once
   on seeded random inputs of the signature: output values (NaN-equal, exact), shapes, dtypes and
   strides. A pair that differs (or an elided graph that raises) keeps the un-elided graph, with
-  the reason in :attr:`FormulaGraph.refusal`. The chosen graph is compiled once into a plain
-  function (:func:`funcbwd.fx.codegen.compile_graph`).
+  the reason in :attr:`FormulaGraph.refusal`. With ``optimize`` (the decorator's graphs) the
+  elided graph then goes through :mod:`funcbwd.fx.passes`, each pass checked the same way. The
+  chosen graph is compiled once into a plain function (:func:`funcbwd.fx.codegen.compile_graph`).
 
 Check inputs: floating tensors are random normal; integer and bool tensors (indices, masks) must
 stay valid for the formula, so they take the real arg's values when it is a plain tensor and zeros
