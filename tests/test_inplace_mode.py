@@ -13,7 +13,7 @@ from torch.func import hessian, jacrev, vjp
 
 import funcbwd
 from funcbwd.errors import FuncbwdError
-from funcbwd.tool import inplace, oldstyle
+from funcbwd.tool import inplace, oldstyle, replay
 from funcbwd.tool.inplace import InplaceMode
 from funcbwd.tool.vmap import PerSampleLoopWarning, run_inplace
 
@@ -374,7 +374,7 @@ def test_code_that_works_plain_runs_plain(monkeypatch):
         return original(self, *a, **k)
 
     monkeypatch.setattr(InplaceMode, "__torch_function__", spy)
-    monkeypatch.setattr(inplace.Replay, "__torch_function__", spy)
+    monkeypatch.setattr(replay.Replay, "__torch_function__", spy)
     out = funcbwd.vmap(lambda x: x.sin() * 2)(inputs(3))
     torch.testing.assert_close(out, inputs(3).sin() * 2)
     assert seen == []  # code that works plain never enters the mode ...
@@ -418,7 +418,7 @@ def test_a_later_call_replays_the_plan_without_the_mode(monkeypatch):
 
     xs = inputs(3)
     funcbwd.vmap(f)(xs)
-    full, replayed = _counting(monkeypatch, InplaceMode), _counting(monkeypatch, inplace.Replay)
+    full, replayed = _counting(monkeypatch, InplaceMode), _counting(monkeypatch, replay.Replay)
     got = funcbwd.vmap(f)(xs * 2)
     torch.testing.assert_close(got, torch.stack([torch.diag(x.exp()) * 2 for x in xs * 2]))
     assert replayed and not full
@@ -432,8 +432,8 @@ def test_mutation_a_plan_that_promotes_nothing_is_caught(monkeypatch):
 
     xs = inputs(2)
     funcbwd.vmap(f)(xs)
-    monkeypatch.setattr(inplace.Replay, "__init__", lambda self, plan: (
-        inplace.Replay.__bases__[0].__init__(self),
+    monkeypatch.setattr(replay.Replay, "__init__", lambda self, plan: (
+        replay.Replay.__bases__[0].__init__(self),
         setattr(self, "names", plan[0]), setattr(self, "promoted", frozenset()),
         setattr(self, "borrowed_at", plan[2]), setattr(self, "count", 0),
         setattr(self, "borrowed", []))[0])

@@ -48,6 +48,8 @@ from torch.overrides import TorchFunctionMode
 
 from funcbwd import internals
 from funcbwd.tool.masks import InplaceModeError, MaskRules, _name, _tensors
+from funcbwd.tool.opnames import NO_OP_CONVERSIONS, ordinary, writes
+from funcbwd.tool.replay import Plan
 
 __all__ = ["InplaceMode", "InplaceModeError", "BorrowedTensorWarning", "current"]
 
@@ -70,37 +72,6 @@ def _user_line() -> str:
         if "/torch/" not in frame.filename and "/funcbwd/tool/" not in frame.filename:
             return f"{frame.filename}:{frame.lineno}"
     return "?"
-
-
-
-
-_IOPS = {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__ipow__",
-         "__imod__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__setitem__"}
-#: conversions that return their input when nothing changes (``self.cache = self.cache.to(x)``):
-#: under a transform torch returns a wrapper of the caller's tensor, which stands for it
-_NO_OP_CONVERSIONS = {"to", "type", "type_as", "contiguous", "float", "double", "cpu"}
-
-#: trailing-underscore methods that change no tensor data
-_NOT_WRITES = {"requires_grad_", "retain_grad_", "share_memory_", "detach_", "set_", "resize_",
-               "rename_", "refine_names_"}
-
-
-def _inplace(name: str) -> bool:
-    return name in _IOPS or (name.endswith("_") and not name.startswith("_")
-                             and name not in _NOT_WRITES)
-
-
-#: the ops the handler does something special for, besides in-place ones
-_SPECIAL = {"__get__", "__getitem__", "__setitem__", "unbind", "split", "chunk"}
-_ORDINARY: dict[str, bool] = {}
-
-
-def _ordinary(name: str) -> bool:
-    """True for an op the handler only runs and tracks (no write, no special rule)."""
-    hit = _ORDINARY.get(name)
-    if hit is None:
-        hit = _ORDINARY[name] = not (_inplace(name) or name in _SPECIAL)
-    return hit
 
 
 class _Node:
@@ -307,7 +278,7 @@ class InplaceMode(MaskRules, TorchFunctionMode):
         kwargs = kwargs or {}
         name = _name(func)
         self.names.append(name)
-        if not (self.stale or self.selections) and _ordinary(name) and "out" not in kwargs:
+        if not (self.stale or self.selections) and ordinary(name) and "out" not in kwargs:
             out = func(*args, **kwargs)  # the common case: an op that writes nothing
             self._track(func, args, kwargs, out)
             if isinstance(out, torch.Tensor) and out.dtype == torch.bool:
@@ -324,7 +295,7 @@ class InplaceMode(MaskRules, TorchFunctionMode):
             selected = self._selected_call(func, name, args, kwargs)
             if selected is not None:
                 return selected
-        if self.on_copy and (_inplace(name) and name != "__setitem__") and args:
+        if self.on_copy and (writes(name) and name != "__setitem__") and args:
             self._maybe_promote(args[0], _tensors((args[1:], kwargs)))
             if self._node(args[0]) is not None:
                 return self._write_on_copy(func, args, kwargs)
@@ -336,9 +307,9 @@ class InplaceMode(MaskRules, TorchFunctionMode):
             masked = self._masked_getitem(args[0], args[1])
             if masked is not None:
                 return masked
-        if self.isolated and (_inplace(name) or isinstance(kwargs.get("out"), torch.Tensor)):
-            self._refuse_shared_write(args[0] if _inplace(name) else kwargs["out"])
-        if _inplace(name) and args:
+        if self.isolated and (writes(name) or isinstance(kwargs.get("out"), torch.Tensor)):
+            self._refuse_shared_write(args[0] if writes(name) else kwargs["out"])
+        if writes(name) and args:
             self._maybe_promote(args[0], _tensors((args[1:], kwargs)))
         elif isinstance(kwargs.get("out"), torch.Tensor) and internals.vmap_active():
             return self._out(func, args, kwargs)
@@ -408,7 +379,7 @@ class InplaceMode(MaskRules, TorchFunctionMode):
         if any(out is a for a in inputs):
             return  # an in-place op's own result
         if any(aliases(a) for a in inputs):
-            whole = _name(func) in _NO_OP_CONVERSIONS and isinstance(
+            whole = _name(func) in NO_OP_CONVERSIONS and isinstance(
                 first, torch.Tensor) and out.shape == first.shape
             if out is not first and not whole:  # a view of something the caller owns
                 self.caller_aliases[id(out)] = weakref.ref(out)
@@ -452,66 +423,3 @@ class InplaceMode(MaskRules, TorchFunctionMode):
             self._view(view, t, derive)
             out.append(view)
         return tuple(out)
-
-
-class Diverged(Exception):
-    """A :class:`Replay` met an op its plan does not have there: the call needs the full mode."""
-
-
-class Plan(tuple):
-    """What :class:`InplaceMode` did on a call: ``(names, promoted, borrowed)``, the name of every
-    op in order, the indices of the ops whose outputs it promoted (later, on a write), the
-    indices of the writes into tensors the caller owns."""
-
-    def __new__(cls, names: tuple, promoted: frozenset, borrowed: frozenset) -> "Plan":
-        return super().__new__(cls, (names, promoted, borrowed))
-
-
-class Replay(TorchFunctionMode):
-    """A later call of a function :class:`InplaceMode` ran with only promotions and borrowed
-    tensors (its :class:`Plan`): each op runs as called, the outputs the mode promoted are
-    batched when made (the same values: a promotion copies), the caller's tensors are borrowed
-    before the same writes. No other bookkeeping: the cost of a mode that only counts ops. An op
-    that differs from the plan's (another branch taken) raises :class:`Diverged`; a write the plan
-    did not foresee fails as vmap fails: the caller then runs the full mode. A promotion never
-    changes a value, so a plan can only make a call fail, never make it wrong."""
-
-    def __init__(self, plan: Plan) -> None:
-        super().__init__()
-        self.names, self.promoted, self.borrowed_at = plan
-        self.data_reads = {i for i, n in enumerate(self.names) if n == "__get__"}
-        self.count = 0
-        self.borrowed: list[tuple[torch.Tensor, torch.Tensor]] = []
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            super().__exit__(*exc)
-        finally:
-            for t, old in reversed(self.borrowed):
-                internals.swap_impl(t, old)
-            self.borrowed.clear()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        i = self.count
-        self.count = i + 1
-        if i >= len(self.names) or _name(func) != self.names[i]:
-            raise Diverged(f"op {i}: {_name(func)!r}, the plan has "
-                           f"{self.names[i] if i < len(self.names) else 'no more'!r}")
-        if i in self.borrowed_at:
-            t = args[0]
-            new = internals.zeros_at_every_level(t.shape, t.dtype, t.device)
-            new.copy_(t)
-            internals.swap_impl(t, new)
-            self.borrowed.append((t, new))
-        if (i in self.data_reads and func.__self__ is torch.Tensor.data
-                and internals.vmap_active()):
-            out = args[0].detach()  # as InplaceMode: torch refuses ``.data`` under vmap
-        else:
-            out = func(*args, **(kwargs or {}))
-        if i in self.promoted:
-            if not isinstance(out, torch.Tensor) or internals.dense(out)._is_view():
-                raise Diverged(f"op {i} ({_name(func)!r}) made no new tensor to promote")
-            new = internals.zeros_at_every_level(out.shape, out.dtype, out.device)
-            new.copy_(out)
-            return new
-        return out

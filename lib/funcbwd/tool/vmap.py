@@ -40,7 +40,8 @@ import torch
 from funcbwd import internals
 from funcbwd.errors import FuncbwdError, first_line
 from funcbwd.tool.masks import InplaceModeError
-from funcbwd.tool.inplace import InplaceMode, Plan, Replay
+from funcbwd.tool.inplace import InplaceMode
+from funcbwd.tool.replay import Plan, Replay
 from funcbwd.tool.oldstyle import functions_converted, mode_active, run_inplace
 
 __all__ = ["vmap", "allow_inplace", "fixable", "run_inplace", "PerSampleLoopWarning"]
