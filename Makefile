@@ -78,12 +78,13 @@ test-browser: setup
 
 # The user tool on the newest torch pip allows in the light install's range (TORCH_RANGE), in a
 # venv of its own (NEWEST_VENV): torch and numpy from pip, funcbwd without dependencies, then the
-# tool's tests (the tool, doctor, traced, the light install). NEWEST_PIP_ARGS adds pip options
-# (e.g. --extra-index-url $(CPU_INDEX) for the CPU build); DRY=echo prints the commands.
+# tool's tests (the tool, its in-place mode, doctor, traced, the light install). NEWEST_PIP_ARGS
+# adds pip options (e.g. --extra-index-url $(CPU_INDEX) for the CPU build); DRY=echo prints the
+# commands.
 NEWEST_VENV ?= .venv-newest-torch
 NEWEST_PIP_ARGS ?=
 TOOL_TESTS := tests/test_tool_function.py tests/test_tool_functionalized.py tests/test_doctor.py \
-	tests/test_traced.py tests/test_light_install.py
+	tests/test_inplace_mode.py tests/test_traced.py tests/test_light_install.py
 test-newest-torch:
 	$(DRY) $(PYTHON) -m venv $(NEWEST_VENV)
 	$(DRY) $(NEWEST_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"

@@ -42,13 +42,14 @@ import os
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 from funcbwd.studies.coverage import charts, data, render, summary, verdicts
+from funcbwd.tables import fit
 from funcbwd.views import display
 
 display.setup_notebook()
 PATH = os.path.join("..", "data", data.FILE_NAME)
 doc = data.load(PATH)
 records = doc["records"]
-print(render.meta_line(doc["meta"]))
+print(fit(render.meta_line(doc["meta"])))
 print(len(records), "records")
 
 # %% [markdown]
@@ -79,13 +80,14 @@ charts.summary_figure(s).show()
 from collections import Counter
 
 inplace = s["inplace_failures"]
-print(len(inplace), "cells where builtin fails with vmap's in-place error:",
-      dict(Counter(f["cell"][3] for f in inplace)))
+lines = [f"{len(inplace)} cells where builtin fails with vmap's in-place error: "
+         f"{dict(Counter(f['cell'][3] for f in inplace))}"]
 for st in ("whole", "hooks", "traced_backward"):
-    print(f"  {st:16s}", summary.inplace_fixed_by(records, st))
+    lines.append(f"  {st:16s} {summary.inplace_fixed_by(records, st)}")
 for f in inplace[:12]:
     op, smp, dtype, comp = f["cell"]
-    print(f"  {op}[{smp}] {dtype} {comp}: {f['message'][:70]}")
+    lines.append(f"  {op}[{smp}] {dtype} {comp}: {f['message'].splitlines()[0]}")
+print(fit("\n".join(lines)))
 
 # %% [markdown]
 # Where a strategy ran out of the sweep's 3 s budget on these cells, the deep pass re-ran them with
@@ -111,15 +113,11 @@ print(deep.format_result(later))
 # %% [markdown]
 # ## 3. Regressions, with their reasons
 #
-# Every regression, grouped by strategy, composition and op (the first message of each group).
+# Every regression, grouped by strategy, composition and the error's first line, with the ops of
+# each group (cells per op, where more than one).
 
 # %%
-groups: dict = {}
-for r in s["regressions"]:
-    groups.setdefault((r["strategy"], r["cell"][3], r["cell"][0]), []).append(r)
-for (st, comp, op), rs in sorted(groups.items()):
-    print(f"{st:16s} {comp:11s} {op:28s} {len(rs):3d} cells, {rs[0]['status']} "
-          f"{rs[0]['reason']}: {rs[0]['message'][:40]}")
+display.Rich(render.regressions_text(s["regressions"]), render.regressions_html(s["regressions"]))
 
 # %% [markdown]
 # ## 4. Upstream's expected failures, each with a computed verdict
@@ -134,11 +132,12 @@ for (st, comp, op), rs in sorted(groups.items()):
 
 # %%
 vs = doc["upstream_xfails"]
-print(len(vs), "upstream entries:", dict(Counter(v["verdict"] for v in vs)))
+lines = [f"{len(vs)} upstream entries: {dict(Counter(v['verdict'] for v in vs))}"]
 for v in vs:
     if v["verdict"] in ("fixed", "stale"):
-        print(f"  {v['verdict']:6s} {v['test']:28s} {v['op'] + ('.' + v['variant'] if v['variant'] else ''):28s}"
-              f" {v['evidence'][:50]}")
+        op = v["op"] + ("." + v["variant"] if v["variant"] else "")
+        lines.append(f"  {v['verdict']:6s} {v['test']:28s} {op:28s} {v['evidence']}")
+print(fit("\n".join(lines)))
 
 # %%
 display.Rich(f"{len(vs)} upstream entries with their verdicts", render.verdicts_html(vs))
@@ -171,7 +170,7 @@ assert all("cap" not in v["evidence"] for v in vs if v["verdict"] == "stale")
 from funcbwd.studies.coverage import cost as coverage_cost
 
 costs = json.loads(open(os.path.join("..", "data", coverage_cost.COST_FILE)).read())["cost"]
-print(coverage_cost.format_cost(coverage_cost.summarize_cost(costs)))
+print(fit(coverage_cost.format_cost(coverage_cost.summarize_cost(costs))))
 
 # %% tags=["nbval-ignore-output"]
 coverage_cost.cost_figure(costs).show()
@@ -188,4 +187,4 @@ coverage_cost.cost_figure(costs).show()
 from funcbwd.studies.coverage import fallback_speedup
 
 speed = json.loads(open(os.path.join("..", "data", fallback_speedup.FILE_NAME)).read())
-print(fallback_speedup.format_result(speed))
+print(fit(fallback_speedup.format_result(speed)))

@@ -304,6 +304,9 @@ for c in compiled_answer.cost(compiled):
     median = "-" if c["median_ratio"] is None else f"{c['median_ratio']:.2f}x"
     print(f"{c['variant']:13s} {c['backend']:10s} median {median} eager's time, "
           f"first call {c['median_compile_s']:.1f} s, transform in a graph {c['in_graph']}/{c['timed']}")
+    if c["wrong"]:
+        print(f"{'':25s}WRONG in {c['wrong']} of {c['cases']} cases, not timed: "
+              f"{', '.join(c['wrong_cases'])}")
 
 # %%
 assert all(row[c.name] is None for c in review.CRITERIA if c.timing)

@@ -7,8 +7,9 @@ plotly heatmap and the explorer widgets rendered, changes the op dropdown and ch
 text changed. At 1280 px wide, as stored (opened, before running) and after running: the
 decision block is on the first screen without scrolling; the stored explorer shows its static
 snapshot, not the widget's raw text repr; nothing in the explorer's output (graph diff and trace
-opened) is wider than the output area; with the long trace open and the notebook scrolled to its
-end, switching to the graph diff leaves it on screen. Screenshots go to test-output/browser/. Server and
+opened) is wider than the output area; each of the explorer's tabs opens on its content (first
+line on screen, no empty box, no word cut mid-word); with the long trace open and the notebook
+scrolled to its end, switching to the graph diff leaves its text on screen. Screenshots go to test-output/browser/. Server and
 browser are always stopped.
 
 Chromium is Debian's (/usr/bin/chromium, driven by the playwright package); Playwright's own
@@ -250,8 +251,12 @@ CELL_OUTPUT = """async ([source, openAll]) => {
   const measure = () => {
     panels.push(area.innerText);
     const right = area.getBoundingClientRect().right;
+    // inside a scroll box of the output (a panel with overflow auto) wide content scrolls: not cut
+    const scrolls = [...area.querySelectorAll('*')].filter(e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX)
+                                                        && e.getBoundingClientRect().right <= right + 2);
     for (const e of area.querySelectorAll('*')) {
       const r = e.getBoundingClientRect();
+      if (scrolls.some(b => b !== e && b.contains(e))) continue;
       if (r.width > 0 && r.right > right + 2 && overflow.length < 5)
         overflow.push(e.tagName + '.' + (e.className.baseVal ?? e.className) + ' ' + Math.round(r.right));
     }
@@ -260,10 +265,14 @@ CELL_OUTPUT = """async ([source, openAll]) => {
   if (openAll) {
     node.querySelectorAll('details').forEach(d => d.open = true);
     measure();
-    // An accordion shows one panel at a time: open each in turn and measure it.
-    for (const h of node.querySelectorAll('.jupyter-widget-Collapse-header, .lm-AccordionPanel-title, .p-Collapse-header')) {
-      if (!h.closest('.jupyter-widget-Collapse-open, .lm-mod-expanded')) h.click();
-      await new Promise(r => setTimeout(r, 3000));
+    // The explorer's tabs show one panel at a time: select each in turn (Lumino selects a tab on
+    // a pointer press at its position) and measure it.
+    for (const tab of node.querySelectorAll('.lm-TabBar-tab')) {
+      const r = tab.getBoundingClientRect();
+      const at = {bubbles: true, button: 0, clientX: r.left + r.width / 2, clientY: r.top + r.height / 2};
+      tab.dispatchEvent(new PointerEvent('pointerdown', at));
+      tab.dispatchEvent(new PointerEvent('pointerup', at));
+      await new Promise(r => setTimeout(r, 1500));
       measure();
     }
   }
@@ -395,51 +404,87 @@ def _drive(page, base: str, notebook: str, timings: dict[str, float], t0: float)
         "the explorer's trace and graph diff panels did not open (nothing was measured)"
     assert not live["overflow"], \
         f"the live explorer (trace and graph diff opened) is wider than its output area: {live['overflow']}"
+    check_panels_open_on_their_content(page)
     check_switch_to_graph_diff(page)
     assert not console, f"JavaScript errors on the page: {console}"
     return time.monotonic()
 
 
-# The explorer's accordion: open the trace (panel 0) if it is not, scroll the notebook to its end
-# (a reader of the long trace scrolls down), bring the "graph diff" header on screen and click
-# it; then how much of the graph diff panel is on screen.
-OPEN_TRACE = """() => {
+# The explorer's tabs: the panel on show, how much of its text is on screen, whether its box is
+# taller than its content (an empty box), and (MIDWORD_CUTS, tests/test_browser_layout.py) words
+# cut mid-word in it.
+SHOWN_PANEL = """([cutsSrc]) => {
   const nb = window.jupyterapp.shell.currentWidget.content;
-  const cell = nb.widgets.find(w => w.node.querySelector('.jupyter-widget-Collapse') && w.node.innerText.includes('graph diff'));
-  if (!cell) return false;
-  const [trace] = cell.node.querySelectorAll('.jupyter-widget-Collapse');
-  if (!trace.classList.contains('jupyter-widget-Collapse-open')) trace.querySelector('.jupyter-widget-Collapse-header').click();
-  return true;
+  const cell = nb.widgets.find(w => w.node.querySelector('.lm-TabBar-tab') && w.node.innerText.includes('graph diff'));
+  if (!cell) return {found: false};
+  const tab = cell.node.querySelector('.lm-TabBar-tab.lm-mod-current');
+  const panel = [...cell.node.querySelectorAll('.widget-tab-contents .widget-html, .jupyter-widget-TabPanel-tabContents .widget-html, .widget-tab .widget-html')]
+    .find(p => p.offsetParent !== null && p.getBoundingClientRect().height > 0);
+  if (!panel) return {found: true, tab: tab ? tab.innerText : '', panel: false};
+  const box = panel.getBoundingClientRect();
+  const view = (nb.outerNode || nb.node).getBoundingClientRect();
+  const content = panel.querySelector('.widget-html-content') || panel;
+  const text = content.innerText.trim();
+  // the first line of text: where a reader's eye lands when the panel opens
+  const walker = document.createTreeWalker(content, NodeFilter.SHOW_TEXT);
+  let first = null;
+  let firstTop = box.top;
+  for (let n = walker.nextNode(); n && !first; n = walker.nextNode()) {
+    if (!n.textContent.trim() || !n.parentElement || n.parentElement.closest('style, script')) continue;
+    const r = document.createRange(); r.selectNodeContents(n);
+    const rect = r.getBoundingClientRect();
+    if (rect.height > 0) { first = n; firstTop = rect.top; }
+  }
+  return {found: true, tab: tab ? tab.innerText.trim() : '', panel: true, text: text.slice(0, 80),
+          box_height: box.height, content_height: content.scrollHeight,
+          first_line_top: firstTop, view_top: view.top, view_bottom: view.bottom,
+          on_screen: Math.max(0, Math.min(box.bottom, view.bottom) - Math.max(box.top, view.top)),
+          cuts: eval(cutsSrc)(panel)};
 }"""
 TO_THE_END = """() => { const nb = window.jupyterapp.shell.currentWidget.content;
   const o = nb.outerNode || nb.node; o.scrollTop = o.scrollHeight; }"""
-GRAPH_PANEL = """() => {
-  const nb = window.jupyterapp.shell.currentWidget.content;
-  const cell = nb.widgets.find(w => w.node.querySelector('.jupyter-widget-Collapse') && w.node.innerText.includes('graph diff'));
-  const graph = cell.node.querySelectorAll('.jupyter-widget-Collapse')[1];
-  const box = (graph.querySelector('.jupyter-widget-Collapse-contents') || graph).getBoundingClientRect();
-  const view = (nb.outerNode || nb.node).getBoundingClientRect();
-  return {open: graph.classList.contains('jupyter-widget-Collapse-open'),
-          on_screen: Math.max(0, Math.min(box.bottom, view.bottom) - Math.max(box.top, view.top)),
-          top: box.top, bottom: box.bottom, view_top: view.top, view_bottom: view.bottom};
-}"""
+
+
+def open_tab(page, title: str) -> dict:
+    """Click the explorer's tab ``title`` (a real click) and measure the panel it shows."""
+    from test_browser_layout import MIDWORD_CUTS
+
+    tab = page.locator(".lm-TabBar-tab", has_text=title).first
+    tab.scroll_into_view_if_needed()
+    tab.click()
+    page.wait_for_timeout(1500)
+    return page.evaluate(SHOWN_PANEL, [MIDWORD_CUTS])
+
+
+def check_panels_open_on_their_content(page) -> None:
+    """Each tab, clicked, shows its panel right under the tab bar with its first line on screen,
+    the panel no taller than its content (no empty box), and no word cut mid-word at WIDTH."""
+    from funcbwd.views.widgets import PANEL_TITLES
+
+    for i, title in enumerate(PANEL_TITLES):
+        seen = open_tab(page, title)
+        shot(page, f"overview_explorer_tab{i}.png")
+        assert seen.get("panel") and seen["tab"] == title, f"clicking {title!r} showed {seen}"
+        assert seen["view_top"] <= seen["first_line_top"] < seen["view_bottom"] - 20, \
+            f"the {title!r} panel opened with its first line off screen: {seen}"
+        assert seen["box_height"] <= seen["content_height"] + 12, \
+            f"the {title!r} panel is an empty box taller than its content: {seen}"
+        assert not seen["cuts"], f"words cut mid-word in the {title!r} panel: {seen['cuts'][:5]}"
 
 
 def check_switch_to_graph_diff(page) -> None:
     """With the long trace open and the notebook scrolled to its end, switching the explorer to
-    "graph diff" must leave the graph diff on screen (it used to leave the view blank past the
-    end of the notebook: the page shrank by the trace's height)."""
-    assert page.evaluate(OPEN_TRACE), "no explorer accordion with a graph diff panel"
-    page.wait_for_timeout(1500)
+    "graph diff" must leave the graph diff's text on screen (it used to open an empty box with the
+    diff above the view; before that, the page shrank by the trace's height and left it blank)."""
+    open_tab(page, "dispatch-key trace")
     page.evaluate(TO_THE_END)
     page.wait_for_timeout(1000)
-    header = page.locator(".jupyter-widget-Collapse-header", has_text="graph diff").first
-    header.scroll_into_view_if_needed()
-    header.click()
-    page.wait_for_timeout(2500)
-    seen = page.evaluate(GRAPH_PANEL)
+    seen = open_tab(page, "graph diff")
     shot(page, "overview_explorer_graph_diff_after_trace.png")
-    assert seen["open"] and seen["on_screen"] >= 100, \
+    assert seen.get("panel") and seen["tab"] == "graph diff" and seen["text"], seen
+    assert seen["view_top"] <= seen["first_line_top"] < seen["view_bottom"] - 20, \
+        f"after switching from the trace to the graph diff its first line is off screen: {seen}"
+    assert seen["on_screen"] >= min(100, seen["box_height"]), \
         f"after switching from the trace to the graph diff the view shows {seen['on_screen']:.0f} px of it: {seen}"
 
 

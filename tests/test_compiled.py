@@ -191,3 +191,43 @@ def test_saved_study_renders_and_matches_a_fresh_cell():
     keys = ("status", "reason", "error_class", "mechanism_ran", "verdict", "error_stage")
     assert {k: fresh[k] for k in keys} == {k: saved[k] for k in keys}
     assert json.loads(json.dumps(data)) == data
+
+
+# ------------------------------------------------------------------------------ wrong compiled results
+def test_a_wrong_compiled_result_is_recorded_not_timed(monkeypatch):
+    """cost.measure with a compiled call that returns the wrong values (a mutation: eager's
+    result plus one) records ``wrong`` and times nothing."""
+    from funcbwd.studies.compiled import cost
+
+    real = cost.compiled_with_report
+
+    def off_by_one(fn, backend):
+        compiled, rep = real(fn, backend)
+        return (lambda *a: tuple(t + 1 for t in compiled(*a))), rep
+
+    monkeypatch.setattr(cost, "compiled_with_report", off_by_one)
+    row = cost.measure("diag", "small", "eager", batch=4, pairs=3)
+    assert "ratio" not in row and row["max_abs_err"] == pytest.approx(1.0)
+    assert row["wrong"].startswith("compiled result differs from eager")
+    assert "known torch bug" not in row["wrong"]  # diag under eager: no known bug explains it
+
+
+@pytest.mark.skipif(not DATA.exists(), reason="data/compiled.json not generated yet")
+def test_the_saved_cost_counts_inductors_wrong_index_select_as_wrong():
+    """The compiled study's verdicts count pytorch#183986: inductor's index_select cases are wrong,
+    cite the bug, are not timed, and the answer says so; no other case is wrong."""
+    from funcbwd.studies.review import compiled_answer
+
+    data = report.load(DATA)
+    wrong = [(r["backend"], r["variant"], r["op"], r["size"]) for r in data["cost"] if "wrong" in r]
+    assert wrong == [("inductor", "whole call", "index_select", "small"),
+                     ("inductor", "whole call", "index_select", "large")]
+    for r in data["cost"]:
+        if "wrong" in r:
+            assert "ratio" not in r and r["max_abs_err"] > 1 and "pytorch#183986" in r["wrong"]
+    row = next(c for c in compiled_answer.cost(data)
+               if (c["variant"], c["backend"]) == ("whole call", "inductor"))
+    assert row["wrong"] == 2 and row["timed"] == row["cases"] - 2
+    assert any("wrong values in 2 of 10" in s and "pytorch#184488" in s
+               for s in compiled_answer.answer(data))
+    assert "WRONG: compiled result differs" in report.render(data)

@@ -13,7 +13,7 @@ from torch.func import hessian, jacrev, vjp
 
 import funcbwd
 from funcbwd.errors import FuncbwdError
-from funcbwd.tool import inplace, oldstyle
+from funcbwd.tool import inplace, oldstyle, replay
 from funcbwd.tool.inplace import InplaceMode
 from funcbwd.tool.vmap import PerSampleLoopWarning, run_inplace
 
@@ -76,8 +76,24 @@ def old_function(x):
     return OldScale.apply(x, 3.0).sin()
 
 
+def saved_overwrite(x):  # torchaudio's lfilter pattern: a window read (saved), then written
+    buf = torch.zeros(x.shape[0] + 1)
+    for i in range(x.shape[0]):
+        w = buf[i:i + 1]
+        buf[i + 1] = (w * x[i]).sum() + x[i]  # autograd saved w for x's gradient
+    return buf
+
+
+def saved_overwrite_rewrite(x):
+    ys = [torch.zeros(())]
+    for i in range(x.shape[0]):
+        ys.append(ys[-1] * x[i] + x[i])
+    return torch.stack(ys)
+
+
 CASES = {
     "factory": (factory_write, lambda x: torch.cat([torch.zeros(1), x * 2, torch.zeros(1)]), 2),
+    "saved_overwrite": (saved_overwrite, saved_overwrite_rewrite, 4),
     "views": (view_write, lambda x: torch.diag(x.exp()), 3),
     "unbind": (unbind_write, lambda x: torch.stack([x, x.sin()]), 3),
     "mask": (mask_write, mask_write_rewrite, 5),
@@ -178,6 +194,47 @@ def test_mutation_ctx_attributes_dropped_is_caught(monkeypatch):
     xs = inputs(4)
     got = run_inplace(lambda: torch.func.vmap(jacrev(old_function))(xs))
     assert not torch.allclose(got, per_sample_jacobians(lambda x: (x * 3.0).sin(), xs))
+
+
+def test_mutation_writes_on_copies_in_place_is_caught(monkeypatch):
+    def in_place(self, func, args, kwargs):
+        return func(*args, **kwargs)  # the write lands in the tensor autograd saved
+
+    monkeypatch.setattr(InplaceMode, "_write_on_copy", in_place)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        funcbwd.vmap(jacrev(saved_overwrite))(inputs(4))
+
+
+def temporary_view_rows(x):
+    t = torch.zeros(x.shape[0], 2)
+    rows = list(t.t())  # views of a temporary view (t.t()), gone after this line
+    rows[0].copy_(x)
+    rows[1].copy_(x.sin())
+    return t
+
+
+def test_views_of_a_temporary_view_are_rederived_by_the_mode_itself():
+    xs = inputs(3)
+    got = run_inplace(lambda: torch.func.vmap(temporary_view_rows)(xs))  # no later stage
+    torch.testing.assert_close(got, torch.stack([torch.stack([x, x.sin()], 1) for x in xs]))
+
+
+def branchy(x):  # a branch on a per-sample value: only a per-sample loop runs it
+    return x * 2 if x.sum() > 0 else x.sin()
+
+
+@pytest.mark.parametrize("how", ["allow_inplace", "dropin"])
+def test_vmap_of_vmap_of_a_value_read_runs_each_inner_entry(how):
+    xs = torch.randn(2, B, 3, generator=torch.Generator().manual_seed(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PerSampleLoopWarning)
+        if how == "dropin":
+            got = funcbwd.vmap(funcbwd.vmap(branchy))(xs)
+        else:
+            with funcbwd.allow_inplace():
+                got = torch.func.vmap(torch.func.vmap(branchy))(xs)
+    torch.testing.assert_close(got, torch.stack([torch.stack([branchy(x) for x in row])
+                                                 for row in xs]))
 
 
 # --- what the caller owns, what is refused, what is left behind ------------------------------
@@ -317,6 +374,7 @@ def test_code_that_works_plain_runs_plain(monkeypatch):
         return original(self, *a, **k)
 
     monkeypatch.setattr(InplaceMode, "__torch_function__", spy)
+    monkeypatch.setattr(replay.Replay, "__torch_function__", spy)
     out = funcbwd.vmap(lambda x: x.sin() * 2)(inputs(3))
     torch.testing.assert_close(out, inputs(3).sin() * 2)
     assert seen == []  # code that works plain never enters the mode ...
@@ -338,6 +396,85 @@ def test_a_signature_that_needed_the_mode_goes_straight_to_it():
     first = len(attempts)
     g(inputs(2))
     assert first == 2 and len(attempts) == 3  # plain + retry, then the mode only
+
+
+def _counting(monkeypatch, cls):
+    calls = []
+    original = cls.__torch_function__
+
+    def spy(self, *a, **k):
+        calls.append(1)
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(cls, "__torch_function__", spy)
+    return calls
+
+
+def test_a_later_call_replays_the_plan_without_the_mode(monkeypatch):
+    def f(x):  # a fresh function: nothing remembered yet
+        y = torch.zeros(3, 3)
+        y.diagonal().copy_(x.exp())
+        return y * 2
+
+    xs = inputs(3)
+    funcbwd.vmap(f)(xs)
+    full, replayed = _counting(monkeypatch, InplaceMode), _counting(monkeypatch, replay.Replay)
+    got = funcbwd.vmap(f)(xs * 2)
+    torch.testing.assert_close(got, torch.stack([torch.diag(x.exp()) * 2 for x in xs * 2]))
+    assert replayed and not full
+
+
+def test_mutation_a_plan_that_promotes_nothing_is_caught(monkeypatch):
+    def f(x):
+        y = torch.zeros(4)
+        y[1:3] = x * 2
+        return y
+
+    xs = inputs(2)
+    funcbwd.vmap(f)(xs)
+    monkeypatch.setattr(replay.Replay, "__init__", lambda self, plan: (
+        replay.Replay.__bases__[0].__init__(self),
+        setattr(self, "names", plan[0]), setattr(self, "promoted", frozenset()),
+        setattr(self, "borrowed_at", plan[2]), setattr(self, "count", 0),
+        setattr(self, "borrowed", []))[0])
+    full = _counting(monkeypatch, InplaceMode)
+    got = funcbwd.vmap(f)(xs)  # the replay fails as vmap fails; the full mode runs it
+    torch.testing.assert_close(got, torch.stack([factory_write(x) for x in xs]))
+    assert full  # so the replay test above can fail
+
+
+def test_a_plan_whose_program_changed_runs_the_full_mode():
+    flag = {"extra": False}
+
+    def f(x):
+        y = torch.zeros(2)
+        if flag["extra"]:
+            y = y + 1  # another op: the plan no longer fits
+        y[0] = x.sum()
+        return y
+
+    xs = inputs(2)
+    funcbwd.vmap(f)(xs)
+    flag["extra"] = True
+    got = funcbwd.vmap(f)(xs)
+    torch.testing.assert_close(got, torch.stack([torch.stack([x.sum(), torch.ones(())])
+                                                 for x in xs]))
+
+
+def test_a_replayed_call_gives_the_callers_tensor_back():
+    buf = torch.zeros(3)
+
+    def f(x):
+        buf.copy_(x)
+        return buf * 2
+
+    xs = inputs(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", inplace.BorrowedTensorWarning)
+        funcbwd.vmap(f)(xs)
+        got = funcbwd.vmap(f)(xs + 1)  # replayed
+    torch.testing.assert_close(got, (xs + 1) * 2)
+    assert buf.tolist() == [0.0, 0.0, 0.0] and not torch._C._functorch.is_batchedtensor(buf)
 
 
 def test_the_tool_imports_nothing_heavy():

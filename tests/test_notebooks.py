@@ -233,6 +233,26 @@ def test_explorer_updates_views_in_place():
         Explorer(SYNTHETIC, strategy="nope", trace_view=fake_view, graph_view=fake_view)
 
 
+def test_explorer_panels_open_on_their_content():
+    """The trace and graph diff are tabs (one open, under its tab), the graph diff open first,
+    each as tall as its content up to PANEL_HEIGHT: a short diff is not an empty fixed-height box
+    (the browser test checks the same on the page); the stored snapshot shows the diff open."""
+    w = pytest.importorskip("ipywidgets")
+    from funcbwd.views import widgets
+
+    def fake_view(op, st, sc):
+        return f"<pre>{op}/{st}/{sc}</pre>"
+
+    ex = widgets.Explorer(SYNTHETIC, strategies=["plain", "traced"], scenarios=["vmap_cotangents"],
+                          trace_view=fake_view, graph_view=fake_view)
+    (tabs,) = [c for c in ex.widget.children if isinstance(c, (w.Tab, w.Accordion))]
+    assert isinstance(tabs, w.Tab) and tabs.selected_index == 0
+    assert list(tabs.titles) == list(widgets.PANEL_TITLES) and tabs.children == (ex.graph, ex.trace)
+    for panel in (ex.graph, ex.trace):
+        assert not panel.layout.height and panel.layout.max_height == widgets.PANEL_HEIGHT
+    assert "<details open><summary>graph diff</summary>" in ex.snapshot_html()
+
+
 def test_verdict_groups_strategies_with_the_same_outcome():
     same = SYNTHETIC + [_cell("diag", "vmap_cotangents", "whole", "fail", "data_dependent"),
                         _cell("diag", "jacrev", "whole", "not_applicable")]

@@ -326,3 +326,28 @@ def test_saved_upstream_verdicts_are_the_every_sample_recomputation():
     # mutation: without the caps, entries passing their one sample are called stale again
     capless = verdicts.upstream_verdicts(doc["records"])
     assert sum(v["verdict"] == "stale" for v in capless) > len(stale)
+
+
+def test_the_verdict_and_regression_tables_keep_every_word_whole():
+    """The notebook's long tables: verdicts grouped by verdict in collapsible tables (the short
+    groups open), regressions grouped by strategy, composition and first line with their ops;
+    no field truncated, no layout that breaks words (a mutation: the old fixed layout with
+    break-word is what cut cells mid-word at 1280 px, tests/test_browser_layout.py)."""
+    long_reason = "a reason long enough that a cut at sixty characters would end inside a word"
+    vs = [{"test": "test_vmapvjp", "op": "nn.functional.scaled_dot_product_attention", "variant": "",
+           "kind": "xfail", "reason": long_reason, "verdict": v, "evidence": "builtin: " + "x" * 120}
+          for v in ("reproduced", "stale")]
+    page = render.verdicts_html(vs)
+    assert long_reason in page and "x" * 120 in page
+    assert "break-word" not in page and "table-layout:fixed" not in page and "word-break:normal" in page
+    assert page.count("<details") == 2 and page.count("<details open>") == 1  # stale open
+    regs = [{"cell": (op, "0", "float32", "vmapvjpvjp"), "strategy": "whole", "status": "fail",
+             "reason": "other", "message": "slice_scatter does not support automatic "
+                                           "differentiation for outputs with complex dtype.\nmore"}
+            for op in ("fft.rfft", "fft.rfft", "stft")]
+    groups = render.regression_groups(regs)
+    assert len(groups) == 1 and groups[0]["ops"] == {"fft.rfft": 2, "stft": 1}
+    text = render.regressions_text(regs)
+    assert "complex dtype." in text and "fft.rfft (2), stft" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "complex dtype.</td>" in render.regressions_html(regs)

@@ -9,7 +9,9 @@ import torch
 from torch.func import jacfwd, jacrev, vjp, vmap
 
 import funcbwd
+from funcbwd import internals
 from funcbwd.errors import FuncbwdError
+from funcbwd.tool import oldstyle
 
 
 class ReLUAlpha(torch.autograd.Function):
@@ -161,3 +163,29 @@ def test_old_style_function_is_converted_and_its_index_ctx_value_hits_the_cache(
     assert info.misses == 1 and info.hits == 2, info  # the slice/Ellipsis tuple keyed by value
     with pytest.raises(RuntimeError, match="setup_context"):
         vmap(jacrev(lambda x: OldStyle.apply(x, (Ellipsis, slice(1, 4)))))(xs)  # plain
+
+
+def test_the_in_place_mode_converts_an_old_style_function_on_this_torch():
+    # torch 2.14 made Function.apply a C++ classmethod_descriptor (no __func__): routing it
+    # through funcbwd raised AttributeError, so funcbwd.vmap's in-place mode stage failed on
+    # every call. run_inplace is that stage alone: no later stage can hide a failure here.
+    xs = torch.randn(4, 5)
+    torchs_own = torch.autograd.Function.__dict__["apply"]
+    got = oldstyle.run_inplace(
+        lambda: vmap(jacrev(lambda x: OldStyle.apply(x, (Ellipsis, slice(1, 4)))))(xs))
+    want = torch.zeros(5, 5)
+    want[1:4, 1:4] = 3 * torch.eye(3)
+    torch.testing.assert_close(got, want.expand(4, 5, 5))
+    assert torch.autograd.Function.__dict__["apply"] is torchs_own and not oldstyle.mode_active()
+
+
+def test_a_failed_apply_patch_leaves_no_mode_flag_behind(monkeypatch):
+    # the flag left set, every later funcbwd.vmap took itself for a vmap inside a retry and
+    # raised torch's error without trying anything (what 2.14's AttributeError did)
+    def broken(make):
+        raise AttributeError("'classmethod_descriptor' object has no attribute '__func__'")
+
+    monkeypatch.setattr(internals, "function_apply_replaced", broken)
+    with pytest.raises(AttributeError):
+        oldstyle.run_inplace(lambda: None)
+    assert not oldstyle.mode_active()

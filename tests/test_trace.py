@@ -97,7 +97,8 @@ def _walk(nodes):
 
 # ------------------------------------------------------------------------------ traced
 def test_traced_runs_the_graph_without_fallback():
-    tr = T.trace("diag", "traced", "vmap_cotangents")
+    T.trace("diag", "traced", "vmap_cotangents")  # the first call builds and checks the graph
+    tr = T.trace("diag", "traced", "vmap_cotangents")  # (on its own inputs): the second runs it
     assert tr.status == "pass" and tr.failing_event is None
     assert tr.fallback_ops == []
     assert not any(e.vmap_handling == "fallback" or e.fallback_loop for e in tr.events)

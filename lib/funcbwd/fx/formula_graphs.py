@@ -19,8 +19,9 @@ show, in one place:
   :func:`funcbwd.fx.elide.elide_copies` applied, and :func:`check_elision` comparing the two once
   on seeded random inputs of the signature: output values (NaN-equal, exact), shapes, dtypes and
   strides. A pair that differs (or an elided graph that raises) keeps the un-elided graph, with
-  the reason in :attr:`FormulaGraph.refusal`. The chosen graph is compiled once into a plain
-  function (:func:`funcbwd.fx.codegen.compile_graph`).
+  the reason in :attr:`FormulaGraph.refusal`. With ``optimize`` (the decorator's graphs) the
+  elided graph then goes through :mod:`funcbwd.fx.passes`, each pass checked the same way. The
+  chosen graph is compiled once into a plain function (:func:`funcbwd.fx.codegen.compile_graph`).
 
 Check inputs: floating tensors are random normal; integer and bool tensors (indices, masks) must
 stay valid for the formula, so they take the real arg's values when it is a plain tensor and zeros
@@ -42,7 +43,7 @@ from torch.utils import _pytree as pytree
 
 from funcbwd import internals
 from funcbwd.errors import first_line
-from funcbwd.fx import codegen, elide, tracer
+from funcbwd.fx import codegen, elide, passes, tracer
 from funcbwd.fx.mask_write import rewrite_mask_writes
 from funcbwd.fx.select_scatter import rewrite_select_scatter
 from funcbwd.fx.slice_bounds import clamp_slice_ends
@@ -280,6 +281,9 @@ class FormulaGraph:
     #: boolean-mask writes (``index_put``) rewritten as ``where`` in the elided graph (checked):
     #: :mod:`funcbwd.fx.mask_write`
     mask_rewrites: int = 0
+    #: the checked graph passes run on the elided graph (``build(optimize=True)``), else None:
+    #: :mod:`funcbwd.fx.passes`
+    pass_report: passes.PassReport | None = None
 
     @property
     def refusal(self) -> str | None:
@@ -330,17 +334,20 @@ def _runner(gm: torch.fx.GraphModule, args: Sequence[Any], specs: Sequence[Tenso
 
 
 def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "formula",
-          check: bool = True) -> FormulaGraph:
+          check: bool = True, optimize: bool = False) -> FormulaGraph:
     """Trace ``formula`` for ``args``' signature, elide its copies on a copy of the graph,
     rewrite both graphs' ``select_scatter`` (checked against the trace as traced), check the pair
-    (unless nothing was elided or ``check`` is False) and compile the chosen graph. Raises what
-    tracing raises (a data-dependent formula), and :class:`RuntimeError` if the rewritten graph
-    differs from the trace (the caller must run neither: the trace's batched gradient is wrong)."""
+    (unless nothing was elided or ``check`` is False), run the checked graph passes
+    (:mod:`funcbwd.fx.passes`) if ``optimize`` (and ``check``) and compile the chosen graph.
+    Raises what tracing raises (a data-dependent formula), and :class:`RuntimeError` if the
+    rewritten graph differs from the trace (the caller must run neither: the trace's batched
+    gradient is wrong)."""
     with internals.fx_sources_dropped():  # torch.fx would keep every graph's source forever
-        return _build(formula, tuple(args), name, check)
+        return _build(formula, tuple(args), name, check, optimize)
 
 
-def _build(formula: Callable[..., Any], args: tuple, name: str, check: bool) -> FormulaGraph:
+def _build(formula: Callable[..., Any], args: tuple, name: str, check: bool, optimize: bool
+           ) -> FormulaGraph:
     tensors = flatten_args(args).tensors
     functionalized = trace_formula(formula, args)
     clamp_slice_ends(functionalized)  # same values; torch's batched slice_scatter needs it
@@ -356,20 +363,25 @@ def _build(formula: Callable[..., Any], args: tuple, name: str, check: bool) -> 
         if not same.ok:
             raise RuntimeError(f"select_scatter rewritten as slice_scatter differs from the trace: "
                                f"{same.detail}")
-        rewrite_select_scatter(elided)
     if not report.count and not masks:
         result = ElisionCheck(True, "nothing elided")
     elif not check:
         result = ElisionCheck(True, "not checked")
     else:
         result = check_elision(functionalized, elided, tensors)
+    pass_report = None
+    if optimize and check and result.ok:
+        elided, pass_report = passes.apply_checked(
+            elided, lambda gm: check_elision(functionalized, gm, tensors))
+    if rewrites:
+        rewrite_select_scatter(elided)  # after the passes, which rebuild writes into fresh zeros
     chosen = elided if result.ok else functionalized
     label = f"{name}{signature_text(args)}{'' if result.ok else ' un-elided'}"
     run, bindings = _runner(chosen, args, [tensor_spec(t) for t in tensors], label)
     for gm in (functionalized, elided):
         tracer.shed_values(gm)  # the trace's tensors: a cached graph keeps only their layouts
     return FormulaGraph(functionalized, elided, report, result, run, label, bindings, rewrites,
-                        masks)
+                        masks, pass_report)
 
 
 def signature_text(args: Sequence[Any], limit: int = 80) -> str:

@@ -361,6 +361,8 @@ from funcbwd.internals.decomp import decomposition, fallback_op_in, retrace_deco
 # in-place under vmap (funcbwd.tool.inplace), re-exported
 from funcbwd.internals.levels import (  # noqa: E402,F401
     alias_of,
+    dense,
+    dense_alias_of,
     is_view,
     function_apply_replaced,
     function_is_old_style,
@@ -375,3 +377,36 @@ from funcbwd.internals.levels import (  # noqa: E402,F401
     wrapper_levels,
     zeros_at_every_level,
 )
+
+
+@contextlib.contextmanager
+def _fd2_silenced() -> Iterator[None]:
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def peak_cpu_bytes(fn) -> int:
+    """The most CPU memory ``fn``'s tensors hold at once during one call, above what was held
+    before it: the running sum of torch's profiler allocation events (``kineto_results``; its
+    start/stop log lines on descriptor 2 are dropped)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with _fd2_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    held = peak = 0
+    for e in sorted(events, key=lambda e: e.start_ns()):
+        held += e.nbytes()
+        peak = max(peak, held)
+    return peak

@@ -69,9 +69,19 @@ def swap_impl(a: torch.Tensor, b: torch.Tensor) -> None:
     torch._C._swap_tensor_impl(a, b)
 
 
-def _dense(t: torch.Tensor) -> torch.Tensor:
-    *_, (inner, _) = _levels(t)
-    return inner
+_WRAPPED = (_F.is_functionaltensor, _F.is_batchedtensor, _F.is_gradtrackingtensor)
+
+
+def dense(t: torch.Tensor) -> torch.Tensor:
+    """The plain tensor under ``t``'s functorch wrappers (``t`` itself if it has none)."""
+    for _ in range(16):
+        if not (_WRAPPED[0](t) or _WRAPPED[1](t) or _WRAPPED[2](t)):
+            return t
+        t = _F.get_unwrapped(t)
+    return t
+
+
+_dense = dense
 
 
 def is_view(t: torch.Tensor) -> bool:
@@ -81,8 +91,13 @@ def is_view(t: torch.Tensor) -> bool:
 
 def alias_of(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True if ``a`` and ``b`` share storage (under their functorch wrappers)."""
+    return dense_alias_of(dense(a), b)
+
+
+def dense_alias_of(dense_a: torch.Tensor, b: torch.Tensor) -> bool:
+    """:func:`alias_of` with ``a`` already unwrapped (:func:`dense`): one unwrap per output."""
     try:
-        return torch._C._is_alias_of(_dense(a), _dense(b))
+        return torch._C._is_alias_of(dense_a, dense(b))
     except RuntimeError:
         return False
 
@@ -114,14 +129,21 @@ def function_is_old_style(cls: type) -> bool:
 
 @contextlib.contextmanager
 def function_apply_replaced(make) -> Iterator[None]:
-    """``torch.autograd.Function.apply`` as ``make(original)`` while the block runs."""
+    """``torch.autograd.Function.apply`` as ``make(original)`` while the block runs, where
+    ``original(cls, *args, **kwargs)`` is torch's ``apply`` for ``cls``: a Python classmethod up
+    to torch 2.13, a C++ ``classmethod_descriptor`` (no ``__func__``) from 2.14 on; ``__get__``
+    binds either to ``cls``."""
     fn = torch.autograd.Function
-    original = fn.__dict__["apply"]
-    fn.apply = classmethod(make(original.__func__))
+    descriptor = fn.__dict__["apply"]
+
+    def original(cls: type, *args, **kwargs):
+        return descriptor.__get__(None, cls)(*args, **kwargs)
+
+    fn.apply = classmethod(make(original))
     try:
         yield
     finally:
-        fn.apply = original
+        fn.apply = descriptor
 
 
 def leaves(tree) -> list:

@@ -106,7 +106,7 @@ class Functionalizer:
         if dynamo.is_compiling():
             raise FuncbwdError(self._refusal("torch.compile is tracing this call"))
         try:
-            entry: Any = build(formula, args, name=self.name)
+            entry: Any = build(formula, args, name=self.name, optimize=True)
         except Exception as e:  # noqa: BLE001 - any trace failure: run functionalized at call time
             if dynamo.is_dynamo_error(e):
                 raise FuncbwdError(self._refusal(

@@ -23,7 +23,10 @@ Contract:
   shape, strides, dtype and device; every other arg's type and value, kwargs by name; they are
   baked into the graph) by :mod:`funcbwd.fx.tracer`, its ``aten.copy`` elided by
   :func:`funcbwd.fx.elide.elide_copies`, checked once against the un-elided graph on seeded inputs
-  (random ops drawn alike; a refused elision keeps the un-elided graph), compiled to plain Python
+  (random ops drawn alike; a refused elision keeps the un-elided graph), then the graph passes of
+  :mod:`funcbwd.fx.passes` (common subexpressions, writes into a fresh factory as ``cat`` /
+  ``stack`` / ``*_backward``, reads of fresh factories folded), each checked the same way and
+  dropped alone if it differs, compiled to plain Python
   (:mod:`funcbwd.fx.codegen`) and cached (:mod:`funcbwd.tool.cache`: LRU, ``maxsize`` signatures,
   thread-safe; ``wrapper.cache_info()``, ``wrapper.cache_clear()``).
 * **Eager semantics**: a function that mutates its inputs still does (functionalization writes the

@@ -144,6 +144,7 @@ class MaskRules:
                 raise InplaceModeError("t[mask] = v with a mask batched under vmap and v neither a "
                                        "scalar nor x[mask]: the shape of t[mask] varies per batch "
                                        "entry; use torch.where")
+            self.special = True  # no plan replays this (see InplaceMode.plan)
             self._maybe_promote(t, _tensors((found[0], value)))
             view, m = self._region(t, *found)
             view.copy_(torch.where(m, value, view))

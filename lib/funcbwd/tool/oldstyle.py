@@ -200,9 +200,11 @@ class functions_converted:
     """While active (and the mode flag is set), old-style Functions' ``apply`` converts them."""
 
     def __enter__(self) -> None:
-        self._token = _ACTIVE.set(True)
         self._patch = internals.function_apply_replaced(_apply_converting)
         self._patch.__enter__()
+        # set only once patched: a flag left set would make every later funcbwd.vmap skip its
+        # retries (it would take itself for a vmap inside a retry)
+        self._token = _ACTIVE.set(True)
 
     def __exit__(self, *exc: Any) -> None:
         try:
@@ -211,9 +213,9 @@ class functions_converted:
             _ACTIVE.reset(self._token)
 
 
-def run_inplace(call: Callable[[], Any], isolated: bool = False) -> Any:
+def run_inplace(call: Callable[[], Any], isolated: bool = False, on_copy: bool = False) -> Any:
     """``call()`` under the in-place mode with custom Functions converted (what each retry of
-    :func:`funcbwd.vmap` and the decorator's as-written fallback run); ``isolated``: see
-    :class:`InplaceMode`."""
-    with functions_converted(), InplaceMode(isolated=isolated):
+    :func:`funcbwd.vmap` and the decorator's as-written fallback run); ``isolated``,
+    ``on_copy``: see :class:`InplaceMode`."""
+    with functions_converted(), InplaceMode(isolated=isolated, on_copy=on_copy):
         return call()

@@ -120,6 +120,14 @@ def findings_markdown(findings) -> str:
                          "emulation of the rule with its fix); `tests/test_findings_report.py` fails the "
                          "day torch fixes one. Explained: [docs/torch-2.13-notes.md]"
                          "(docs/torch-2.13-notes.md#four-batching-rule-bugs)._")
+    from funcbwd.studies.findings.known import KNOWN_BUGS
+
+    for b in KNOWN_BUGS:  # upstream's, not found here: cited, with what it makes wrong
+        lines += [""] + wrap(f"Known torch bug, upstream's ({b.cite()}): **{b.title}** on torch "
+                             f"{b.torch_seen} CPU, where eager is right; the compiled study counts "
+                             f"its {b.backend} {', '.join(b.ops)} cases as wrong "
+                             "(`funcbwd.studies.findings.known`, `tests/test_findings_known.py` "
+                             "fails the day torch fixes it).")
     return "\n".join(lines)
 
 

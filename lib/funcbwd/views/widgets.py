@@ -55,8 +55,10 @@ def _graph_html(op: str, strategy: str, scenario: str) -> str:
         return f"<i>no graph: {html.escape(type(e).__name__)}: {html.escape(first_line(str(e)))}</i>"
 
 
-#: the height of the trace and graph diff panels (each scrolls inside)
+#: the most a trace or graph diff panel takes on the page (a longer one scrolls inside)
 PANEL_HEIGHT = "460px"
+#: the explorer's tabs, the first open (the graph diff: short, and what the strategy changes)
+PANEL_TITLES = ("graph diff", "dispatch-key trace")
 #: the n-th explorer a kernel makes gets the n-th id (see :func:`_model_id`)
 _EXPLORER_IDS = itertools.count()
 _ID_NAMESPACE = uuid.UUID("6f1d3a52-5c7e-4f0b-9a36-0d2c1e8b7a41")
@@ -99,11 +101,13 @@ class Explorer:
         self.strategy = w.Dropdown(options=self.strategies, value=strategy, description="strategy")
         self.scenario = w.Dropdown(options=self.scenarios, value=scenario, description="scenario")
         self.status = w.HTML()
-        # Both panels are boxes of one fixed height that scroll inside: switching from a long
-        # trace to the graph diff then leaves the page as tall as it was (a panel as tall as its
-        # content shrank the page by thousands of px and left the view blank past its end).
-        self.trace = w.HTML(layout=w.Layout(height=PANEL_HEIGHT, overflow="auto"))
-        self.graph = w.HTML(layout=w.Layout(height=PANEL_HEIGHT, overflow="auto"))
+        # The panels are tabs, one open at a time under the tab bar, each as tall as its content
+        # up to PANEL_HEIGHT (then it scrolls inside): a tab opens on its content, right under the
+        # tab just clicked. (An accordion of fixed-height boxes opened a short graph diff as an
+        # empty box with the diff above the view; boxes as tall as a long trace shrank the page by
+        # thousands of px on a switch and left the view blank past its end.)
+        self.trace = w.HTML(layout=w.Layout(max_height=PANEL_HEIGHT, overflow="auto"))
+        self.graph = w.HTML(layout=w.Layout(max_height=PANEL_HEIGHT, overflow="auto"))
         self.figure = go.FigureWidget(data=[go.Bar(
             x=self.strategies, y=[0] * len(self.strategies), marker_color="#bdbdbd", cliponaxis=False,
             text=[""] * len(self.strategies), textposition="outside", showlegend=False,
@@ -120,7 +124,7 @@ class Explorer:
         self.widget = w.VBox([
             w.HBox([self.op, self.strategy, self.scenario]),
             self.status, self.figure,
-            w.Accordion(children=[self.trace, self.graph], titles=("dispatch-key trace", "graph diff")),
+            w.Tab(children=[self.graph, self.trace], titles=PANEL_TITLES, selected_index=0),
         ], model_id=_model_id())
         self.update()
 
@@ -191,7 +195,7 @@ class Explorer:
             f"{self.status.value}"
             f"<div style=\"margin:6px 0 2px;font-weight:600\">{html.escape(self.title())}</div>"
             f'<table style="border-collapse:collapse;font-size:12px;width:100%">{"".join(rows)}</table>'
-            f"<details><summary>graph diff</summary>{self.graph.value}</details></div>")
+            f"<details open><summary>graph diff</summary>{self.graph.value}</details></div>")
 
     def select(self, op: str | None = None, strategy: str | None = None,
                scenario: str | None = None) -> "Explorer":

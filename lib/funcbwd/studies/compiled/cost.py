@@ -11,7 +11,8 @@ and runs the transform eagerly: the ratio is dynamo's overhead, not compiled cod
 * ``compile_s``: the first compiled call (trace, backend compile, one run), wall seconds, in a
   fresh compiler state (:func:`funcbwd.dynamo.fresh_compiler`: nothing cached from earlier);
 * the compiled result checked against eager's (``max_abs_err``; a case whose compiled call raises
-  or differs is recorded, not timed as if it worked), and what compiled (the call's
+  or differs is recorded, not timed as if it worked: ``error`` or ``wrong``, which cites the known
+  torch bug that explains it, :mod:`funcbwd.studies.findings.known`), and what compiled (the call's
   :class:`~funcbwd.strategies.compiled.CompileReport`: a ratio of a call that fell back to eager is
   labelled so, ``transform_in_graph`` False);
 * after a warm-up, ``pairs`` paired samples (eager and compiled back to back, alternating which
@@ -37,9 +38,10 @@ from funcbwd.studies.bench.inputs import cotangents, resize, shape_text
 from funcbwd.studies.bench.timing import (calibrate, median, median_interval, one_torch_thread,
                                          sample_once)
 from funcbwd.ops import registry
-from funcbwd.run.compare import max_abs_error
+from funcbwd.run.compare import compare, max_abs_error
 from funcbwd.run.scenario import torch_bind
 from funcbwd.strategies.compiled import BACKENDS, compiled_with_report, graph_breaks
+from funcbwd.studies.findings.known import known_bug_for
 
 LARGE_OPS = ("diag", "index_select")
 BATCH = 64
@@ -121,6 +123,12 @@ def measure(op: str, size: str, backend: str, batch: int = BATCH, pairs: int = 2
         row.update(max_abs_err=max_abs_error(actual, expected), graphs=report.graphs,
                    transform_in_graph=report.transform_in_graph,
                    graph_breaks=len(graph_breaks()))
+        if not compare(actual, expected).ok:  # a wrong result is recorded, never timed
+            bug = known_bug_for(row)
+            row["wrong"] = (f"compiled result differs from eager (max abs error "
+                            f"{row['max_abs_err']:.3g})"
+                            + (f": known torch bug {bug.cite()}" if bug else ""))
+            return row
         row.update(_paired(lambda: composed(*cts), lambda: compiled(*cts), pairs, target_s))
     return row
 

@@ -22,6 +22,7 @@ from funcbwd.ops import registry
 from funcbwd.run.scenarios import BACKWARD_NAMES
 from funcbwd.strategies.compiled import BACKENDS, DROP_ISSUE, Compiled
 from funcbwd.studies.compiled import cost, outcomes
+from funcbwd.tables import paragraph
 
 FILE_NAME = "compiled.json"
 WIDTH = 100
@@ -84,11 +85,6 @@ def collect(backends: Sequence[str] = BACKENDS, ops: Sequence[str] = registry.TE
     def cell(r: dict) -> None:
         say(f"  {r['backend']:<9} {r['op']:<13} {r['scenario']:<16} {code(r):<7} {r['seconds']:.1f} s")
 
-    def case(r: dict) -> None:
-        ratio = f"{r['ratio']:.2f}" if "ratio" in r else r.get("error", "?")[:40]
-        say(f"  {r['variant']:<12} {r['backend']:<9} {r['op']:<13} {r['size']:<6} "
-            f"compile {r['compile_s']:.1f} s  ratio {ratio}")
-
     rows, t_out = _timed("outcomes", lambda: outcomes.outcomes(backends, ops, scenarios, cell), say)
     def row_cell(r: Any) -> None:
         say(f"  {r.strategy:<9} {r.op:<13} {r.scenario:<16} {r.sample[:20]:<21} {r.status}")
@@ -99,7 +95,7 @@ def collect(backends: Sequence[str] = BACKENDS, ops: Sequence[str] = registry.TE
     variant, t_var = _timed("vmap(vjp_fn) variant",
                             lambda: outcomes.vjp_fn_outcomes(backends, ops), say)
     costs, t_cost = _timed("cost", lambda: cost.run(cost_backends or backends, cost_cases, batch,
-                                                    pairs, progress=case), say)
+                                                    pairs, progress=_cost_progress(say)), say)
     return {
         "meta": {"torch": torch.__version__, "python": platform.python_version(),
                  "backends": list(backends), "registered_backend": Compiled.backend,
@@ -116,6 +112,28 @@ def collect(backends: Sequence[str] = BACKENDS, ops: Sequence[str] = registry.TE
         "vjp_fn_outcomes": variant,
         "cost": costs,
     }
+
+
+def _cost_progress(say: Callable[[str], None]) -> Callable[[dict], None]:
+    def case(r: dict) -> None:
+        ratio = (f"{r['ratio']:.2f}" if "ratio" in r
+                 else "WRONG" if "wrong" in r else r.get("error", "?")[:40])
+        say(f"  {r['variant']:<12} {r['backend']:<9} {r['op']:<13} {r['size']:<6} "
+            f"compile {r['compile_s']:.1f} s  ratio {ratio}")
+    return case
+
+
+def recollect_cost(data: dict[str, Any], say: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """``data`` with its cost section measured again (same backends, batch and pairs as its
+    meta), every other section kept: what ``--only cost`` saves."""
+    meta = data["meta"]
+    costs, seconds = _timed("cost", lambda: cost.run(meta["backends"], None, meta["batch"],
+                                                     meta["pairs"], progress=_cost_progress(say)), say)
+    if meta["torch"] != torch.__version__:
+        raise RuntimeError(f"the saved study ran on torch {meta['torch']}, this is "
+                           f"{torch.__version__}: re-run the whole study")
+    return {**data, "meta": {**meta, "seconds": {**meta["seconds"], "cost": round(seconds)}},
+            "cost": costs}
 
 
 def save(data: dict[str, Any], path: str | Path) -> None:
@@ -199,7 +217,8 @@ def _cost_lines(rows: Sequence[dict]) -> list[str]:
     for r in rows:
         head = f"{r['variant']:<13}{r['backend']:<10}{r['op']:<14}{r['shape']:<6}{r['compile_s']:>7.1f}s"
         if "ratio" not in r:
-            lines.append(f"{head}  {r.get('error', '?')[:WIDTH - len(head) - 2]}")
+            why = r.get("error") or ("WRONG: " + r["wrong"] if "wrong" in r else "?")
+            lines += paragraph(why, WIDTH, f"{head}  ", " " * 4).splitlines()
             continue
         lo, hi = r["ratio_ci"]
         graph = "yes" if r["transform_in_graph"] else "no"

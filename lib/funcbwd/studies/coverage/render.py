@@ -162,15 +162,79 @@ def markdown(doc: dict[str, Any], summary: dict[str, Any]) -> str:
 
 
 def verdict_rows(vs: Sequence[dict[str, Any]], only: Sequence[str] | None = None) -> list[list[str]]:
+    """One row per entry, every field whole (a cut string would end mid-word)."""
     return [[v["test"].removeprefix("test_"), v["op"] + (f".{v['variant']}" if v["variant"] else ""),
-             v["kind"], v["verdict"], v["reason"][:60], v["evidence"][:90]]
+             v["kind"], v["verdict"], v["reason"], v["evidence"]]
             for v in vs if only is None or v["verdict"] in only]
 
 
+#: HTML tables here lay out by content and wrap only between words (JupyterLab's own table style
+#: is fixed-layout; a fixed layout with break-word cut op names and messages mid-word)
+TABLE_STYLE = ("table-layout:auto;width:100%;font-size:12px;overflow-wrap:normal;word-break:normal;"
+               "border-collapse:collapse")
+_CELL = "text-align:left;vertical-align:top;padding:1px 6px"
+#: verdict groups shown open (short, and what the RFC quotes); the others open on a click
+OPEN_VERDICTS = ("stale", "fixed", "torch_bug")
+
+
+def _html_table(heads: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    head = "".join(f'<th style="{_CELL}">{html.escape(h)}</th>' for h in heads)
+    body = "".join("<tr>" + "".join(f'<td style="{_CELL}">{html.escape(str(c))}</td>' for c in row)
+                   + "</tr>" for row in rows)
+    return (f'<table style="{TABLE_STYLE}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
+
+
 def verdicts_html(vs: Sequence[dict[str, Any]], only: Sequence[str] | None = None) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("test", "op", "kind", "verdict", "upstream's reason",
-                                               "evidence"))
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                   for row in verdict_rows(vs, only))
-    return (f'<table class="funcbwd-verdicts" style="table-layout:fixed;width:100%;'
-            f'word-wrap:break-word;font-size:12px"><tr>{head}</tr>{body}</table>')
+    """The entries grouped by verdict, one collapsible table per verdict (its count and meaning
+    in the summary; :data:`OPEN_VERDICTS` open), every field whole."""
+    parts = []
+    for verdict, meaning in V.VERDICTS.items():
+        rows = verdict_rows([v for v in vs if v["verdict"] == verdict], only)
+        if not rows:
+            continue
+        opened = " open" if verdict in OPEN_VERDICTS else ""
+        parts.append(f"<details{opened}><summary><b>{verdict}</b>: {len(rows)} entries "
+                     f"({html.escape(meaning)})</summary>"
+                     + _html_table(("test", "op", "kind", "upstream's reason", "evidence"),
+                                   [[r[0], r[1], r[2], r[4], r[5]] for r in rows])
+                     + "</details>")
+    return f'<div class="funcbwd-verdicts">{"".join(parts)}</div>'
+
+
+def regression_groups(regressions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The regressions grouped by strategy, composition, status, reason and the message's first
+    line: each group with its ops (cells per op) and its cell count, most cells first."""
+    groups: dict[tuple, dict[str, Any]] = {}
+    for r in regressions:
+        first = r["message"].splitlines()[0] if r["message"] else ""
+        key = (r["strategy"], r["cell"][3], r["status"], r["reason"], first)
+        g = groups.setdefault(key, {"strategy": key[0], "composition": key[1], "status": key[2],
+                                    "reason": key[3], "message": first, "ops": {}, "cells": 0})
+        g["ops"][r["cell"][0]] = g["ops"].get(r["cell"][0], 0) + 1
+        g["cells"] += 1
+    return sorted(groups.values(), key=lambda g: (-g["cells"], g["strategy"], g["composition"]))
+
+
+def _ops_text(ops: dict[str, int]) -> str:
+    return ", ".join(op + (f" ({n})" if n > 1 else "") for op, n in sorted(ops.items()))
+
+
+def regressions_text(regressions: Sequence[dict[str, Any]], width: int = WIDTH) -> str:
+    """:func:`regression_groups` as wrapped text, lines <= ``width`` (nothing cut)."""
+    out = [f"{len(regressions)} regression cells in {len(regression_groups(regressions))} groups"]
+    for g in regression_groups(regressions):
+        out.append(paragraph(f"{g['strategy']} {g['composition']}: {g['cells']} cells, "
+                             f"{g['status']} {g['reason']}: {g['message']}", width, "- ", "    "))
+        out.append(paragraph(f"ops: {_ops_text(g['ops'])}", width, "    ", "      "))
+    return "\n".join(out)
+
+
+def regressions_html(regressions: Sequence[dict[str, Any]]) -> str:
+    """:func:`regression_groups` as one table (a row per group), collapsible, nothing cut."""
+    groups = regression_groups(regressions)
+    rows = [[g["strategy"], g["composition"], str(g["cells"]), f"{g['status']} {g['reason']}",
+             g["message"], _ops_text(g["ops"])] for g in groups]
+    return (f"<details open><summary>{len(regressions)} regression cells in {len(groups)} groups"
+            "</summary>" + _html_table(("strategy", "composition", "cells", "status", "first line",
+                                        "ops (cells)"), rows) + "</details>")

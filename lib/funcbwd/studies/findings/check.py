@@ -107,11 +107,12 @@ class Outcome:
         return self.namespace.get("batched")
 
 
-def run(source: str, label: str = "repro") -> Outcome:
-    """Execute ``source`` in a fresh namespace (stdout captured, warnings silenced) and compare
-    its ``batched`` with its ``looped``. A source that breaks the contract (no ``looped``, or no
-    ``batched`` without an error) is a :class:`funcbwd.errors.BadInputError`."""
-    ns: dict[str, Any] = {"__name__": "__repro__"}
+def run(source: str, label: str = "repro", ns: dict[str, Any] | None = None) -> Outcome:
+    """Execute ``source`` in a fresh namespace (or ``ns``, e.g. a module's ``__dict__``; stdout
+    captured, warnings silenced) and compare its ``batched`` with its ``looped``. A source that
+    breaks the contract (no ``looped``, or no ``batched`` without an error) is a
+    :class:`funcbwd.errors.BadInputError`."""
+    ns = {"__name__": "__repro__"} if ns is None else ns
     out = io.StringIO()
     error = None
     with contextlib.redirect_stdout(out), warnings.catch_warnings():

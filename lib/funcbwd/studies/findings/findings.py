@@ -20,6 +20,9 @@ Each finding lives in its own module with its cases and its emulation:
 Each escapes a test whose batch entries are copies of one sample (docs/methodology.md); the roll
 and cdist ones were computed by the OpInfo sweep's distinct batch entries (``python -m funcbwd
 coverage``). This module collects them and re-exports the API of the modules above.
+
+Torch bugs upstream already knows, which make a peer of ours wrong on this torch, are not findings:
+they are cited in :mod:`funcbwd.studies.findings.known` (``KNOWN_BUGS``).
 """
 
 from __future__ import annotations

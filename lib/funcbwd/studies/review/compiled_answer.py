@@ -127,7 +127,9 @@ def vjp_fn_variant(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def cost(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per variant x backend over the timed cases: median compiled / eager ratio, its range,
-    median first-call (compile) seconds, and in how many cases a graph held the transform."""
+    median first-call (compile) seconds, and in how many cases a graph held the transform; and
+    the cases whose compiled result was wrong (``wrong``, not timed: never counted as a speed-up),
+    with the known torch bugs that explain them (``wrong_why``)."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in data["cost"]:
         groups.setdefault((r["variant"], r["backend"]), []).append(r)
@@ -135,7 +137,10 @@ def cost(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     for (variant, backend), rs in groups.items():
         timed = [r for r in rs if "ratio" in r]
         ratios = [r["ratio"] for r in timed]
+        wrong = [r for r in rs if "wrong" in r]
         out.append({"variant": variant, "backend": backend, "cases": len(rs), "timed": len(timed),
+                    "wrong": len(wrong), "wrong_cases": [f"{r['op']} {r['size']}" for r in wrong],
+                    "wrong_why": sorted({r["wrong"].partition(": known torch bug ")[2] for r in wrong} - {""}),
                     "median_ratio": statistics.median(ratios) if ratios else None,
                     "min_ratio": min(ratios, default=None), "max_ratio": max(ratios, default=None),
                     "median_compile_s": statistics.median(r["compile_s"] for r in rs),
@@ -179,6 +184,13 @@ def answer(data: Mapping[str, Any]) -> list[str]:
                        f"{c['backend']} median {c['median_ratio']:.2f}x eager's time after a "
                        f"{c['median_compile_s']:.1f} s first call" for c in whole)
                    + " (per call signature; data/compiled.json's cost section).")
+    wrong = [c for c in cost(data) if c["wrong"]]
+    if wrong:
+        out.append("Where it compiles it is not always right: " + "; ".join(
+            f"{c['backend']} ({c['variant']}) returned wrong values in {c['wrong']} of {c['cases']} "
+            f"cases ({', '.join(c['wrong_cases'])})" + (f", a known torch bug: {'; '.join(c['wrong_why'])}"
+                                                       if c["wrong_why"] else "")
+            for c in wrong) + "; those cases are not timed.")
     return out
 
 
@@ -199,10 +211,10 @@ def text(data: Mapping[str, Any], width: int = WIDTH) -> str:
                      [[d["backward"], d["backend"], d["eager"], d["compiled"], "yes" if d["dropped"] else "no"]
                       for d in drop_control(data)], width=width))
     out += ["", "cost on torch's own ops (compiled / eager time, median over cases; compile = first call):"]
-    out.append(table(["variant", "backend", "cases", "median", "range", "compile s", "in graph"],
-                     [[c["variant"], c["backend"], c["cases"],
+    out.append(table(["variant", "backend", "cases", "wrong", "median", "range", "compile s", "in graph"],
+                     [[c["variant"], c["backend"], c["cases"], c["wrong"],
                        "-" if c["median_ratio"] is None else f"{c['median_ratio']:.2f}x",
                        "-" if c["min_ratio"] is None else f"{c['min_ratio']:.2f}-{c['max_ratio']:.2f}x",
                        f"{c['median_compile_s']:.1f}", f"{c['in_graph']}/{c['timed']}"] for c in cost(data)],
-                     width=width, align="llrrrrr"))
+                     width=width, align="llrrrrrr"))
     return "\n".join(out) + "\n"

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from funcbwd.studies.review import answers as A
 from funcbwd.studies.review import prs_users
 from funcbwd.studies.review.answers import SWEEP_STRATEGY, TITLES, heading, slug
-from funcbwd.studies.review.prs_users import CORPUS_FILE
+from funcbwd.studies.review.prs_users import CORPUS_FILE, COST_FILE
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -32,12 +32,13 @@ def load(data_dir: str | Path, evidence: Any, coverage: Mapping[str, Any] | None
                                         threads)
 
     d = Path(data_dir)
-    corpus = d / CORPUS_FILE
+    corpus, cost = d / CORPUS_FILE, d / COST_FILE
     return {"subclass": subclass.load(d), "threads": threads.load(d),
             "cache_hits": cache_hits.load(d), "cache_bound": cache_bound.load(d), "compile": compile_tool.load(d),
             "callgrind": callgrind.load(d), "compiled_autograd": compiled_autograd.load(d),
             "copy_scenario": copy_scenario.load(d, evidence), "budget_rerun": budget_rerun.load(d),
             "corpus": json.loads(corpus.read_text()) if corpus.exists() else None,
+            "corpus_cost": json.loads(cost.read_text()) if cost.exists() else None,
             "sweep": sweep_facts(coverage)}
 
 
@@ -110,6 +111,6 @@ def sections(inputs: Mapping[str, Any], pick: str, retired: Mapping[str, Any],
     for (n, _, _), (_, body) in zip(TITLES, answers):
         out += [heading(n), "", *body]
     out += prs_users.prs(inputs, retired)
-    out += prs_users.users(inputs.get("corpus"))
+    out += prs_users.users(inputs.get("corpus"), inputs.get("corpus_cost"))
     return out
 

@@ -10,14 +10,16 @@ from collections import Counter
 from typing import Any, Mapping
 
 from funcbwd.studies.review.answers import bullet, para
+from funcbwd.studies.yourcode.cost import mechanism_table
 
 CORPUS_FILE = "yourcode-corpus.json"
+COST_FILE = "yourcode-cost.json"
 #: the corpus's mechanisms in the words of a core reader
 LABELS = {
     "decorator": "`@funcbwd.functionalized` where a user puts it",
     "batched": "functorch#1025 option 1: factories batched under vmap",
     "lazy": "functorch#1025 option 2: lazy promotion on the first batched write",
-    "mode": "shipped policy: plain first, then the mode, then functionalized",
+    "mode": "shipped policy: plain first, then the mode's retry stages",
     "dropin": "`funcbwd.vmap` in place of the user's own vmap",
 }
 
@@ -53,7 +55,7 @@ def prs(inputs: Mapping[str, Any], retired: Mapping[str, Any]) -> list[str]:
     return out + [""]
 
 
-def users(corpus: Mapping[str, Any] | None) -> list[str]:
+def users(corpus: Mapping[str, Any] | None, cost: Mapping[str, Any] | None = None) -> list[str]:
     out = ["## Users' in-place code (functorch#1025, \"needs design\")", ""]
     if corpus is None:
         return out + para(f"**Unknown, because** data/{CORPUS_FILE} is not there.")
@@ -83,8 +85,9 @@ def users(corpus: Mapping[str, Any] | None) -> list[str]:
             f"than batched factories (option 1, {batched['fixed']}) and the decorator "
             f"({deco['fixed']}); its {len(lazy['regressions'])} regressions are cells that work "
             "plain (" + ", ".join(f"`{c}` {t}" for c, t in lazy["regressions"]) + "), where it "
-            "should not run at all. The shipped policy (plain first, then the mode, then "
-            f"functionalized) fixes {mode['fixed']} with {len(mode['regressions'])} regressions "
+            "should not run at all. The shipped policy (plain first; on an in-place error the "
+            "mode, then the mode writing on copies, then functionalized, then a per-sample loop) "
+            f"fixes {mode['fixed']} with {len(mode['regressions'])} regressions "
             f"and {len(mode['wrong'])} wrong answers.")
         out += para(
             "Recommendation for core: an opt-in lazy promotion in vmap's in-place error path: "
@@ -94,6 +97,28 @@ def users(corpus: Mapping[str, Any] | None) -> list[str]:
             "error the cells end with: " + ", ".join(f"{k} {v}" for k, v in lazy_left.most_common())
             + "; the value reads (`.item()`, a Python branch on a per-sample value) need the "
             "per-sample loop, which no batching can replace.")
+    return out + _cost(cost)
+
+
+def _cost(cost: Mapping[str, Any] | None) -> list[str]:
+    """What each mechanism costs where it fixes (data/yourcode-cost.json)."""
+    if cost is None:
+        return para(f"Cost and memory per mechanism: **unknown, because** data/{COST_FILE} is not "
+                    "there.")
+    s = cost["summary"]
+    basis = " and ".join(f"{t.replace('vmap_', 'vmap(')})" for t in s["target_basis"])
+    out = para(
+        f"What each costs where it fixes ({basis} at batch "
+        + " and ".join(str(b) for b in sorted({r["batch"] for r in cost["rows"]}))
+        + f"; medians over the cells each one fixes, against the hand rewrite; {cost['basis']}; "
+        "peak memory is the most CPU bytes a call holds above what was held before it):")
+    out += mechanism_table(s, LABELS)
+    floor = s["floor"]
+    out += [""] + para(
+        f"A `TorchFunctionMode` that only calls each op already costs {floor['median']:.2f}x the "
+        "rewrite on the same cells (median; worst " + f"{floor['worst']:.2f}x): any mechanism "
+        "built as a Python mode pays per op, and so do options 1 and 2 prototyped that way; the "
+        "recommended promotion inside vmap's in-place error path costs nothing until the error.")
     return out
 
 

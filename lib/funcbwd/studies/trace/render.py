@@ -288,16 +288,18 @@ def _event_row(ev: TraceEvent, failing: bool) -> str:
 
 
 _FRAGMENT_CSS = (
-    ".funcbwd-trace table{border-collapse:collapse;font-size:12px;width:100%;table-layout:fixed}"
+    # columns sized by their content and wrapped only between words (a fixed layout with
+    # overflow-wrap:anywhere cut op names mid-word); a trace wider than its box scrolls in it
+    ".funcbwd-trace table{border-collapse:collapse;font-size:12px;width:100%;table-layout:auto}"
     ".funcbwd-trace th,.funcbwd-trace td{border:1px solid #ccc;padding:3px 6px;vertical-align:top;"
-    "text-align:left;overflow-wrap:anywhere}"
+    "text-align:left;overflow-wrap:normal}"
     ".funcbwd-trace th{background:#f0f0f0}.funcbwd-trace tr.failing td{background:#ffd9d9}"
     ".funcbwd-trace tr.failing td:first-child{border-left:4px solid #c00}"
     ".funcbwd-trace tr.why td{background:#fff0f0}"
     ".funcbwd-trace code,.funcbwd-trace .mono{font-family:ui-monospace,monospace}"
     ".funcbwd-trace .fallback{color:#a05a00;font-weight:600}.funcbwd-trace .rule{color:#176b2c}"
     ".funcbwd-trace details ul{font-family:ui-monospace,monospace;font-size:12px;margin:0;"
-    "padding-left:1.2em;overflow-wrap:anywhere}.funcbwd-trace .note{color:#a05a00;font-weight:600}"
+    "padding-left:1.2em;overflow-wrap:normal}.funcbwd-trace .note{color:#a05a00;font-weight:600}"
     ".funcbwd-trace th:first-child{width:2.5em}")
 
 
