@@ -122,6 +122,18 @@ def test_funcbwds_put_decomposition_is_right_and_batched():
     assert got.shape == (B, 3, 4)
 
 
+def test_funcbwds_conj_physical_decomposition_is_right_and_batched():
+    """The Hermitian FFTs' backward calls ``_conj_physical`` (no batching rule, no torch
+    decomposition): funcbwd's equals it (complex and real) and has no fallback under vmap."""
+    z = torch.randn(3, 4, dtype=torch.complex64, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(fallback_free._conj_physical(z), torch.ops.aten._conj_physical(z))
+    x = _randn(3, 4, seed=2)
+    assert torch.equal(fallback_free._conj_physical(x), torch.ops.aten._conj_physical(x))
+    with internals.vmap_fallback_disabled():  # raises if anything falls back
+        got = vmap(fallback_free._conj_physical)(z.expand(B, 3, 4).clone())
+    assert torch.equal(got[1], z.conj_physical())
+
+
 def test_the_forward_is_not_recomputed(monkeypatch):
     """log_ndtr's backward reads its output: the graph takes the eager forward's output as an
     input and computes no log_ndtr (whose vmap fallback it would pay again). Mutation: outputs

@@ -14,7 +14,7 @@ once per signature):
   decomposition table, until no such node is left or the rest is reported, each op with why (no
   decomposition in torch; its decomposition does not trace; it still falls back after it);
   ops torch has no decomposition for may have one of funcbwd's (:data:`OWN_DECOMPOSITIONS`:
-  ``put``, take's backward). Which
+  ``put``, take's backward; ``_conj_physical``, the Hermitian FFTs'). Which
   nodes fall back is read two ways: statically, the op's ``FuncTorchBatched`` dispatch entry is
   vmap's backend fallback (:func:`funcbwd.internals.batching_kind`); and by running the graph
   once under ``vmap`` (batch 2, batched where the call's tensors are) with the fallback disabled
@@ -52,9 +52,23 @@ def _put(self: torch.Tensor, index: torch.Tensor, source: torch.Tensor,
     return torch.ops.aten.reshape.default(out, list(self.shape))
 
 
+def _conj_physical(self: torch.Tensor) -> torch.Tensor:
+    """``aten::_conj_physical`` (the Hermitian FFTs' backward) from ops with batching rules: the
+    real part and the negated imaginary part stacked back into a complex tensor (a copy, as
+    ``_conj_physical`` makes); a real tensor is copied as it is."""
+    aten = torch.ops.aten
+    if not self.is_complex():
+        return aten.clone.default(self)
+    parts = aten.view_as_real.default(self)
+    re = aten.select.int(parts, -1, 0)
+    im = aten.neg.default(aten.select.int(parts, -1, 1))
+    return aten.view_as_complex.default(aten.stack.default([re, im], -1))
+
+
 #: funcbwd's own decompositions, for ops torch has none for (used after torch's); each is checked
 #: like every graph (against the eager vjp) before it runs
-OWN_DECOMPOSITIONS = {torch.ops.aten.put.default: _put}
+OWN_DECOMPOSITIONS = {torch.ops.aten.put.default: _put,
+                      torch.ops.aten._conj_physical.default: _conj_physical}
 
 
 def decomposition(op: Any) -> tuple[Any, str]:
