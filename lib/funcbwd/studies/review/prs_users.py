@@ -23,6 +23,10 @@ LABELS = {
     "dropin": "`funcbwd.vmap` in place of the user's own vmap",
 }
 
+#: the same, where a table row has room for less
+SHORT = {"decorator": "`@funcbwd.functionalized`", "batched": "option 1: batched factories",
+         "lazy": "option 2: lazy promotion", "mode": "shipped policy (mode, retry stages)"}
+
 
 def prs(inputs: Mapping[str, Any], retired: Mapping[str, Any]) -> list[str]:
     sw = inputs["sweep"]
@@ -112,7 +116,7 @@ def _cost(cost: Mapping[str, Any] | None) -> list[str]:
         + " and ".join(str(b) for b in sorted({r["batch"] for r in cost["rows"]}))
         + f"; medians over the cells each one fixes, against the hand rewrite; {cost['basis']}; "
         "peak memory is the most CPU bytes a call holds above what was held before it):")
-    out += mechanism_table(s, LABELS)
+    out += mechanism_table(s, SHORT)
     floor = s["floor"]
     out += [""] + para(
         f"A `TorchFunctionMode` that only calls each op already costs {floor['median']:.2f}x the "
