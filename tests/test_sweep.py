@@ -312,6 +312,17 @@ def test_the_stale_rerun_ran_every_sample_and_its_block_is_generated():
         ("whole", "hooks", "traced_backward"), 15)
 
 
+def test_the_rest_of_the_stale_cells_complete_the_named_ones():
+    from funcbwd.studies.coverage import stale_rerun
+
+    doc = data.load(Path(__file__).resolve().parents[1] / "data" / data.FILE_NAME)
+    named, rest = stale_rerun.stale_cells(doc), stale_rerun.rest_cells(doc)
+    every = stale_rerun.stale_cells(doc, None)
+    pairs = lambda cells: {(c, o) for c, ops in cells.items() for o in ops}  # noqa: E731
+    assert pairs(named) | pairs(rest) == pairs(every) and not pairs(named) & pairs(rest)
+    assert pairs(rest)  # what the first re-run left: 21 cells on this data
+
+
 def test_saved_upstream_verdicts_are_the_every_sample_recomputation():
     # The file's upstream_xfails are derived state: they must equal the verdicts recomputed with
     # the sweep's sample caps, so no "stale" rests on one sample where upstream loops over all.

@@ -8,8 +8,11 @@ whose entry for that composition was "stale"), with the sweep's budgets, into a 
 over the committed data). Resumable: each composition's ops are appended to
 ``<out>.<composition>.partial.jsonl`` as they finish (``--resume`` skips them).
 
-    nice -n 19 python -m funcbwd.studies.coverage.stale_rerun [--out data/coverage-stale-rerun.json.gz]
-                                                              [--resume] [--op-budget 90]
+    nice -n 19 python -m funcbwd.studies.coverage.stale_rerun [--out PATH] [--force] [--resume]
+                                                  [--op-budget 90] [--workers N] [--rest]
+
+(``--force`` to overwrite the committed re-run; ``--rest``: the stale cells of the ops not
+named in :data:`OPS`, into their own file.)
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from funcbwd import command
 from funcbwd.studies.coverage import data, sweep, verdicts
 
 FILE_NAME = "coverage-stale-rerun.json.gz"
@@ -42,19 +46,30 @@ def one_sample_verdicts(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return verdicts.upstream_verdicts(doc["records"])
 
 
-def stale_cells(doc: dict[str, Any], ops: Sequence[str] = OPS) -> dict[str, list[str]]:
-    """composition -> the ops of ``ops`` whose upstream entry for it the saved sweep's samples call
-    stale."""
+def stale_cells(doc: dict[str, Any], ops: Sequence[str] | None = OPS) -> dict[str, list[str]]:
+    """composition -> the ops of ``ops`` (None: every op) whose upstream entry for it the saved
+    sweep's samples call stale."""
     out: dict[str, list[str]] = {}
     for v in one_sample_verdicts(doc):
         oid = v["op"] + (f".{v['variant']}" if v["variant"] else "")
         comp = verdicts.COMPOSITION_OF[v["test"]]
-        if v["verdict"] == "stale" and oid in ops and comp != "vmapvjp":
+        if v["verdict"] == "stale" and (ops is None or oid in ops) and comp != "vmapvjp":
             out.setdefault(comp, [])
             if oid not in out[comp]:
                 out[comp].append(oid)
     order = ("vmapjvpvjp", "vmapvjpvjp", "vmapjvpall", "vjpvmap")  # where upstream's finds are
-    return {c: sorted(out[c], key=list(ops).index) for c in sorted(out, key=order.index)}
+    rank = list(ops) if ops is not None else []
+    return {c: sorted(out[c], key=lambda o: (rank.index(o) if o in rank else len(rank), o))
+            for c in sorted(out, key=order.index)}
+
+
+def rest_cells(doc: dict[str, Any]) -> dict[str, list[str]]:
+    """The stale cells of every op (:func:`stale_cells` with ``ops=None``) that the first re-run
+    (of :data:`OPS`) did not cover: together the two re-runs cover every one-sample stale entry."""
+    named = stale_cells(doc)
+    rest = {c: [o for o in ops if o not in named.get(c, [])]
+            for c, ops in stale_cells(doc, None).items()}
+    return {c: ops for c, ops in rest.items() if ops}
 
 
 def _oid(v: dict[str, Any]) -> str:
@@ -88,7 +103,8 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run(cells: dict[str, list[str]], out: Path, resume: bool, op_budget_s: float) -> dict[str, Any]:
+def run(cells: dict[str, list[str]], out: Path, resume: bool, op_budget_s: float,
+        workers: int = 0) -> dict[str, Any]:
     records, metas = [], {}
     for comp, ops in cells.items():
         plan = dataclasses.replace(sweep.DEFAULT_PLAN, samples={"float32": {comp: None}},
@@ -96,13 +112,15 @@ def run(cells: dict[str, list[str]], out: Path, resume: bool, op_budget_s: float
                                    item_timeout_s=op_budget_s + 300)
         part = out.with_name(out.name.removesuffix(".json.gz") + f".{comp}")
         print(f"{comp}: {len(ops)} ops, every sample", file=sys.stderr, flush=True)
-        results = sweep.run_sweep(",".join(ops), plan, out=part, resume=resume, progress=True)
+        results = sweep.run_sweep(",".join(ops), plan, out=part, resume=resume, progress=True,
+                                  workers=workers)
         records += [r for res in results for r in res["records"]]
         metas[comp] = {"ops": ops, "op_seconds": {r["op"]: r["seconds"] for r in results}}
     return {"records": records, "per_composition": metas}
 
 
 INPLACE_FILE_NAME = "coverage-stale-rerun-inplace.json.gz"
+REST_FILE_NAME = "coverage-stale-rerun-rest.json.gz"
 
 
 def inplace_rerun(doc: dict[str, Any], budget_s: float = 3.0) -> list[dict[str, Any]]:
@@ -138,15 +156,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m funcbwd.studies.coverage.stale_rerun",
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--coverage", default="data/coverage.json.gz")
-    ap.add_argument("--out", default=f"data/{FILE_NAME}")
+    ap.add_argument("--out", default=None, help=f"default data/{FILE_NAME}")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--op-budget", type=float, default=90.0, metavar="S",
                     help="seconds per op and composition before its remaining samples are 'not "
                     "started' records (default 90)")
+    ap.add_argument("--workers", type=int, default=0, help="Dask workers (each with its memory "
+                    "limit and the per-op timeout enforced); 0: serial, in this process")
+    ap.add_argument("--rest", action="store_true", help="the ops the sweep calls stale on one "
+                    f"sample other than the {len(OPS)} the evidence issue named (default out: "
+                    f"data/{REST_FILE_NAME})")
     ap.add_argument("--inplace", action="store_true", help="instead: the functionalizing "
                     f"strategies on the in-place cells of --out, into data/{INPLACE_FILE_NAME}")
+    command.add_force(ap)
     args = ap.parse_args(argv)
-    out = Path(args.out)
+    out = Path(args.out or f"data/{REST_FILE_NAME if args.rest else FILE_NAME}")
+    target = out.with_name(INPLACE_FILE_NAME) if args.inplace else out
+    if command.out_refused("python -m funcbwd.studies.coverage.stale_rerun", target, args.force):
+        return 2
     if args.inplace:
         import warnings
 
@@ -161,13 +188,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out.resolve() == Path(args.coverage).resolve():
         raise SystemExit("--out must be a new file, not the committed sweep")
     doc = data.load(args.coverage)
-    cells = stale_cells(doc)
+    cells = rest_cells(doc) if args.rest else stale_cells(doc)
     start = time.perf_counter()
-    res = run(cells, out, args.resume, args.op_budget)
+    res = run(cells, out, args.resume, args.op_budget, args.workers)
     meta = {**dataclasses.replace(sweep.DEFAULT_PLAN, strategies=(sweep.BASELINE,),
                                   op_budget_s=args.op_budget).meta(),
             "samples": {"float32": {c: None for c in cells}}, "torch": torch.__version__,
-            "ops": len({o for ops in cells.values() for o in ops}), "workers": 0,
+            "ops": len({o for ops in cells.values() for o in ops}), "workers": args.workers,
             "seconds": round(time.perf_counter() - start, 1), "rerun_of": args.coverage,
             "per_composition": res["per_composition"]}
     data.save(out, res["records"], meta, verdicts.upstream_verdicts(res["records"], meta=meta))
