@@ -312,6 +312,32 @@ def test_the_stale_rerun_ran_every_sample_and_its_block_is_generated():
         ("whole", "hooks", "traced_backward"), 15)
 
 
+def test_the_rest_rerun_covers_the_other_stale_cells_and_its_block_is_generated():
+    from funcbwd.studies.coverage import stale_rerun
+    from funcbwd.views import readme
+
+    root = Path(__file__).resolve().parents[1]
+    old = data.load(root / "data" / data.FILE_NAME)
+    new = data.load(root / "data" / stale_rerun.REST_FILE_NAME)
+    assert all(r["sample_cap"] is None and r["strategy"] == "builtin" for r in new["records"])
+    rows = stale_rerun.changes(old, new, stale_rerun.rest_cells(old))
+    assert len(rows) == sum(len(o) for o in stale_rerun.rest_cells(old).values())
+    assert not any(r["verdict"] == "reproduced" and "crash" in r["evidence"] for r in rows)
+    text = (root / "docs" / "opinfo-sweep.md").read_text()
+    assert readme.block(text, "stale-rerun-rest") == stale_rerun.markdown(rows)
+
+
+def test_a_worker_that_died_is_unresolved_not_a_reproduced_failure():
+    from funcbwd.studies.coverage import data, verdicts
+
+    doc = data.load(Path(__file__).resolve().parents[1] / "data" / data.FILE_NAME)
+    mha = [v for v in doc["upstream_xfails"] if v["op"] == "nn.functional.multi_head_attention_forward"]
+    assert mha and all(v["verdict"] == "unresolved" for v in mha)  # its worker died (memory)
+    crash = {"status": "fail", "reason": "crash", "fallback_ops": []}
+    assert not verdicts._failing(crash, batch_rule=False)
+    assert verdicts._failing({**crash, "reason": "other"}, batch_rule=False)  # a real failure
+
+
 def test_the_rest_of_the_stale_cells_complete_the_named_ones():
     from funcbwd.studies.coverage import stale_rerun
 

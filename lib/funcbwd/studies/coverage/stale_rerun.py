@@ -76,10 +76,12 @@ def _oid(v: dict[str, Any]) -> str:
     return v["op"] + (f".{v['variant']}" if v["variant"] else "")
 
 
-def changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+def changes(old: dict[str, Any], new: dict[str, Any],
+            cells_of: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
     """Each upstream entry the saved sweep ``old`` called stale on a re-run composition, with the
-    re-run's (``new``) verdict and evidence."""
-    cells = {(c, o) for c, ops in stale_cells(old).items() for o in ops}
+    re-run's (``new``) verdict and evidence; ``cells_of``: the cells re-run (default
+    :func:`stale_cells`; :func:`rest_cells` for ``--rest``)."""
+    cells = {(c, o) for c, ops in (cells_of or stale_cells(old)).items() for o in ops}
     again = {(v["test"], _oid(v)): v for v in new["upstream_xfails"]}
     out = []
     for v in one_sample_verdicts(old):

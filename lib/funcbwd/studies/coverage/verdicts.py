@@ -7,7 +7,8 @@ on 2.13 that a functionalizing strategy fixes with its mechanism ran and no regr
 op), ``torch_bug`` (a wrong result: a finding of ``python -m funcbwd findings``), ``harness``
 (not comparable, and why: the entry does not apply on a Linux CPU machine, the op is not in
 torch 2.13's op_db, the sweep could not run it), ``unresolved`` (no failure, but the budget ran
-out before every in_dims choice ran). Each comes with its evidence: the records it read.
+out before every in_dims choice ran, or the worker running the op died: a memory limit or a hard
+crash, which says nothing of torch's op). Each comes with its evidence: the records it read.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ VERDICTS = {
     "torch_bug": "a wrong result on torch 2.13: a torch bug (see python -m funcbwd findings)",
     "harness": "not comparable here (why given)",
     "unresolved": "no failure, but not everything ran: the budget ran out before every in_dims "
-                  "choice, or the sweep ran only the first samples (a cap)",
+                  "choice, the sweep ran only the first samples (a cap), or the worker died",
 }
 #: upstream's test -> the sweep's composition (has_batch_rule: vmapvjp with the slow fallback
 #: counted as a failure, as upstream disables it)
@@ -42,9 +43,14 @@ def op_id(entry: upstream.Entry) -> str:
     return entry.op + (f".{entry.variant}" if entry.variant else "")
 
 
+def _crashed(r: dict[str, Any]) -> bool:
+    """The worker died running the op (a memory limit or a hard crash): says nothing of torch."""
+    return r["status"] == "fail" and r["reason"] == "crash"
+
+
 def _failing(r: dict[str, Any], batch_rule: bool) -> bool:
-    return r["status"] in ("fail", "mismatch") or (batch_rule and r["status"] == "pass"
-                                                    and bool(r["fallback_ops"]))
+    return (r["status"] in ("fail", "mismatch") and not _crashed(r)) or (
+        batch_rule and r["status"] == "pass" and bool(r["fallback_ops"]))
 
 
 def _evidence(rs: Sequence[dict]) -> str:
@@ -99,7 +105,7 @@ def verdict(entry: upstream.Entry, cells: dict, cap: int | None = None) -> dict[
         return {**out, "verdict": "harness", "evidence": f"not applicable in the sweep: {msg[:160]}"}
     bad = [r for r in ran if _failing(r, batch_rule)]
     if not bad:
-        timeouts = [r for r in ran if r["status"] == "timeout"]
+        timeouts = [r for r in ran if r["status"] == "timeout" or _crashed(r)]
         if timeouts:
             return {**out, "verdict": "unresolved", "evidence": _evidence(timeouts)}
         passes = (f"builtin passes {len(ran)} of {len(ran)} samples run"

@@ -44,8 +44,8 @@ def prs(inputs: Mapping[str, Any], retired: Mapping[str, Any]) -> list[str]:
         stale = Counter(v["test"] for v in retired["stale"])
         out.append(bullet(
             f"Remove {len(retired['stale'])} stale expected failures of test/functorch/test_ops.py "
-            "(they pass on torch " + retired["torch"] + " in the every-sample sweep of `vmapvjp`, "
-            "first sample elsewhere): " + ", ".join(f"`{t}` {n}" for t, n in sorted(stale.items()))
+            "(they pass on torch " + retired["torch"] + " on every sample; an entry that passes "
+            "on the samples the sweep ran but not all of them is unresolved, not stale): " + ", ".join(f"`{t}` {n}" for t, n in sorted(stale.items()))
             + ". Evidence: data/coverage.json.gz, docs/opinfo-sweep.md."))
     if sw is not None and "complex_slice_scatter" in sw["all_causes"]:
         out.append(bullet(
