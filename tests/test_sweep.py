@@ -388,3 +388,13 @@ def test_the_verdict_and_regression_tables_keep_every_word_whole():
     assert "complex dtype." in text and "fft.rfft (2), stft" in text
     assert max(len(line) for line in text.splitlines()) <= 100
     assert "complex dtype.</td>" in render.regressions_html(regs)
+
+
+def test_the_rfc_lists_what_the_every_sample_reruns_find_stale(tmp_path):
+    from funcbwd.studies.review import objections
+
+    root = Path(__file__).resolve().parents[1] / "data"
+    doc = data.load(root / data.FILE_NAME)
+    found = objections.stale_reruns(root, doc)
+    assert found and all(r["verdict"] == "stale" and "passes" in r["evidence"] for r in found)
+    assert objections.stale_reruns(tmp_path, doc) is None  # without the re-runs: nothing claimed

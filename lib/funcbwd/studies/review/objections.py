@@ -39,7 +39,21 @@ def load(data_dir: str | Path, evidence: Any, coverage: Mapping[str, Any] | None
             "copy_scenario": copy_scenario.load(d, evidence), "budget_rerun": budget_rerun.load(d),
             "corpus": json.loads(corpus.read_text()) if corpus.exists() else None,
             "corpus_cost": json.loads(cost.read_text()) if cost.exists() else None,
-            "sweep": sweep_facts(coverage)}
+            "sweep": sweep_facts(coverage), "stale_reruns": stale_reruns(d, coverage)}
+
+
+def stale_reruns(d: Path, coverage: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
+    """The entries the every-sample re-runs of the sweep's one-sample stale cells
+    (data/coverage-stale-rerun*.json.gz) find stale on every sample; None without the files."""
+    from funcbwd.studies.coverage import data, stale_rerun
+
+    files = ((stale_rerun.FILE_NAME, stale_rerun.stale_cells),
+             (stale_rerun.REST_FILE_NAME, stale_rerun.rest_cells))
+    if coverage is None or not all((d / name).exists() for name, _ in files):
+        return None
+    return [r for name, cells in files
+            for r in stale_rerun.changes(coverage, data.load(d / name), cells(coverage))
+            if r["verdict"] == "stale"]
 
 
 def sweep_facts(coverage: Mapping[str, Any] | None) -> dict[str, Any] | None:

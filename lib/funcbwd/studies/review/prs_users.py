@@ -45,8 +45,16 @@ def prs(inputs: Mapping[str, Any], retired: Mapping[str, Any]) -> list[str]:
         out.append(bullet(
             f"Remove {len(retired['stale'])} stale expected failures of test/functorch/test_ops.py "
             "(they pass on torch " + retired["torch"] + " on every sample; an entry that passes "
-            "on the samples the sweep ran but not all of them is unresolved, not stale): " + ", ".join(f"`{t}` {n}" for t, n in sorted(stale.items()))
+            "on the samples the sweep ran but not all of them is unresolved, not stale): "
+            + ", ".join(f"`{t}` {n}" for t, n in sorted(stale.items()))
             + ". Evidence: data/coverage.json.gz, docs/opinfo-sweep.md."))
+    again = inputs.get("stale_reruns")
+    if again:
+        out.append(bullet(
+            f"Remove {len(again)} more that the every-sample re-runs of the later compositions "
+            "find stale: " + ", ".join(f"`{r['test'].removeprefix('test_')}` `{r['op']}`"
+                                       for r in again)
+            + ". Evidence: data/coverage-stale-rerun*.json.gz, docs/opinfo-sweep.md."))
     if sw is not None and "complex_slice_scatter" in sw["all_causes"]:
         out.append(bullet(
             "torch bug: `slice_scatter` cannot be differentiated for complex outputs "
