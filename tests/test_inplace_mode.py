@@ -144,12 +144,10 @@ def test_allow_inplace_vmap_vjp_and_hessian_match_the_loop(name):
 # --- mutations: breaking a mechanism is caught ----------------------------------------------
 def test_mutation_views_not_rederived_is_caught(monkeypatch):
     def promote_base_only(self, node):
-        root = node.root()
-        base = root.ref()
         from funcbwd import internals
-        new = internals.zeros_at_every_level(base.shape, base.dtype, base.device)
-        new.copy_(base)
-        internals.swap_impl(base, new)  # views keep pointing at the old storage
+
+        base = node.root().ref()
+        internals.swap_impl(base, internals.batched_copy(base))  # views keep the old storage
 
     monkeypatch.setattr(InplaceMode, "_promote", promote_base_only)
     xs = inputs(3)
@@ -366,15 +364,8 @@ def test_nothing_is_left_behind_after_an_error():
 
 
 def test_code_that_works_plain_runs_plain(monkeypatch):
-    seen = []
-    original = InplaceMode.__torch_function__
-
-    def spy(self, *a, **k):
-        seen.append(1)
-        return original(self, *a, **k)
-
-    monkeypatch.setattr(InplaceMode, "__torch_function__", spy)
-    monkeypatch.setattr(replay.Replay, "__torch_function__", spy)
+    seen = _counting(monkeypatch, InplaceMode)
+    _counting(monkeypatch, replay.Replay, seen)  # a replayed call counts as entering the mode
     out = funcbwd.vmap(lambda x: x.sin() * 2)(inputs(3))
     torch.testing.assert_close(out, inputs(3).sin() * 2)
     assert seen == []  # code that works plain never enters the mode ...
@@ -398,8 +389,9 @@ def test_a_signature_that_needed_the_mode_goes_straight_to_it():
     assert first == 2 and len(attempts) == 3  # plain + retry, then the mode only
 
 
-def _counting(monkeypatch, cls):
-    calls = []
+def _counting(monkeypatch, cls, calls=None):
+    """A list that grows by one per op ``cls``'s handler sees (``calls``: share one list)."""
+    calls = [] if calls is None else calls
     original = cls.__torch_function__
 
     def spy(self, *a, **k):
@@ -432,11 +424,13 @@ def test_mutation_a_plan_that_promotes_nothing_is_caught(monkeypatch):
 
     xs = inputs(2)
     funcbwd.vmap(f)(xs)
-    monkeypatch.setattr(replay.Replay, "__init__", lambda self, plan: (
-        replay.Replay.__bases__[0].__init__(self),
-        setattr(self, "names", plan[0]), setattr(self, "promoted", frozenset()),
-        setattr(self, "borrowed_at", plan[2]), setattr(self, "count", 0),
-        setattr(self, "borrowed", []))[0])
+    original = replay.Replay.__init__
+
+    def promotes_nothing(self, plan):
+        original(self, plan)
+        self.promoted = frozenset()
+
+    monkeypatch.setattr(replay.Replay, "__init__", promotes_nothing)
     full = _counting(monkeypatch, InplaceMode)
     got = funcbwd.vmap(f)(xs)  # the replay fails as vmap fails; the full mode runs it
     torch.testing.assert_close(got, torch.stack([factory_write(x) for x in xs]))

@@ -361,6 +361,7 @@ from funcbwd.internals.decomp import decomposition, fallback_op_in, retrace_deco
 # in-place under vmap (funcbwd.tool.inplace), re-exported
 from funcbwd.internals.levels import (  # noqa: E402,F401
     alias_of,
+    batched_copy,
     dense,
     dense_alias_of,
     is_view,

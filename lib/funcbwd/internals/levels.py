@@ -63,6 +63,14 @@ def zeros_at_every_level(shape: torch.Size, dtype: torch.dtype, device) -> torch
     return t
 
 
+def batched_copy(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s contents (and autograd history, through ``copy_``) in a new tensor batched at every
+    vmap level and wrapped at every grad/jvp level (:func:`zeros_at_every_level`)."""
+    new = zeros_at_every_level(t.shape, t.dtype, t.device)
+    new.copy_(t)
+    return new
+
+
 def swap_impl(a: torch.Tensor, b: torch.Tensor) -> None:
     """Give ``a`` the contents (TensorImpl) of ``b`` and vice versa, keeping each Python object
     (what ``torch.utils.swap_tensors`` does, without its use-count checks)."""

@@ -182,9 +182,7 @@ class InplaceMode(MaskRules, TorchFunctionMode):
         root = node.root()
         self.promoted_at.add(root.born)
         base = root.ref()
-        new = internals.zeros_at_every_level(base.shape, base.dtype, base.device)
-        new.copy_(base)  # keeps the old contents and their autograd history
-        internals.swap_impl(base, new)
+        internals.swap_impl(base, internals.batched_copy(base))  # old contents, their history
         self._views_stale(root)
 
     def _view(self, out: torch.Tensor, of: torch.Tensor, derive) -> None:
@@ -229,8 +227,7 @@ class InplaceMode(MaskRules, TorchFunctionMode):
         the call, and give it back as it was when the call ends: each batch entry sees its own
         writes inside the call; after it, no one entry's value would be right."""
         self.borrowed_at.add(len(self.names) - 1)
-        new = internals.zeros_at_every_level(t.shape, t.dtype, t.device)
-        new.copy_(t)
+        new = internals.batched_copy(t)
         internals.swap_impl(t, new)  # ``new`` now holds the caller's contents
         self.borrowed.append((t, new))
         warnings.warn(f"in-place write of per-sample values into a tensor the caller owns "

@@ -60,8 +60,7 @@ class Replay(TorchFunctionMode):
                            f"{self.names[i] if i < len(self.names) else 'no more'!r}")
         if i in self.borrowed_at:
             t = args[0]
-            new = internals.zeros_at_every_level(t.shape, t.dtype, t.device)
-            new.copy_(t)
+            new = internals.batched_copy(t)
             internals.swap_impl(t, new)
             self.borrowed.append((t, new))
         if (i in self.data_reads and func.__self__ is torch.Tensor.data
@@ -72,7 +71,5 @@ class Replay(TorchFunctionMode):
         if i in self.promoted:
             if not isinstance(out, torch.Tensor) or internals.dense(out)._is_view():
                 raise Diverged(f"op {i} ({_name(func)!r}) made no new tensor to promote")
-            new = internals.zeros_at_every_level(out.shape, out.dtype, out.device)
-            new.copy_(out)
-            return new
+            return internals.batched_copy(out)
         return out

@@ -44,9 +44,7 @@ class BatchedFactories(TorchFunctionMode):
         out = func(*args, **(kwargs or {}))
         if (getattr(func, "__name__", "") in FACTORIES and isinstance(out, torch.Tensor)
                 and out.dtype.is_floating_point and internals.vmap_active()):
-            z = internals.zeros_at_every_level(out.shape, out.dtype, out.device)
-            z.copy_(out)
-            return z
+            return internals.batched_copy(out)
         return out
 
 
