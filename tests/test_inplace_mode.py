@@ -494,3 +494,54 @@ def test_warnings_are_not_swallowed():
         warnings.simplefilter("always")
         funcbwd.vmap(factory_write)(inputs(2))
     assert all("funcbwd" not in str(x.message) for x in w)
+
+
+class _WritesBothWays(torch.autograd.Function):  # old style; forward and backward write in place
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.zeros(x.shape)
+        y[0] = x[0] * 2
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        out = torch.zeros(g.shape)
+        out[0] = g[0] * 2
+        return out
+
+
+def _vjp_of_writes(x, ct):
+    return torch.func.vjp(_WritesBothWays.apply, x)[1](ct)[0]
+
+
+def _want_writes(xs, cts):
+    grads = torch.zeros_like(cts)
+    grads[:, 0] = cts[:, 0] * 2
+    return grads
+
+
+def test_a_functions_later_calls_replay_its_plan(monkeypatch):
+    xs, cts = inputs(3), inputs(3) + 1
+    oldstyle._PLANS.clear()
+    funcbwd.vmap(_vjp_of_writes)(xs, cts)
+    full, replayed = _counting(monkeypatch, InplaceMode), _counting(monkeypatch, replay.Replay)
+    got = funcbwd.vmap(_vjp_of_writes)(xs * 2, cts)
+    torch.testing.assert_close(got, _want_writes(xs * 2, cts))
+    assert replayed and not full  # the forward and backward replayed, no full mode
+
+
+def test_mutation_a_functions_plan_that_promotes_nothing_runs_the_full_mode(monkeypatch):
+    xs, cts = inputs(3), inputs(3) - 1
+    oldstyle._PLANS.clear()
+    funcbwd.vmap(_vjp_of_writes)(xs, cts)
+    original = replay.Replay.__init__
+
+    def promotes_nothing(self, plan):
+        original(self, plan)
+        self.promoted = frozenset()
+
+    monkeypatch.setattr(replay.Replay, "__init__", promotes_nothing)
+    full = _counting(monkeypatch, InplaceMode)
+    got = funcbwd.vmap(_vjp_of_writes)(xs, cts)  # each replay fails; the full mode runs it
+    torch.testing.assert_close(got, _want_writes(xs, cts))
+    assert full  # so the replay test above can fail

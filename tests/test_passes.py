@@ -10,7 +10,7 @@ import torch
 from torch.func import jacrev, vjp, vmap
 
 import funcbwd
-from funcbwd.fx import cse, fresh, fresh_scatter, passes
+from funcbwd.fx import cse, fresh, fresh_scatter, gather, passes
 from funcbwd.fx.elide import count_targets
 from funcbwd.fx.formula_graphs import ElisionCheck, build, trace_formula
 
@@ -79,6 +79,57 @@ def columns_rewrite(x):
     return torch.cat([torch.zeros(3, 1), x, torch.zeros(3, 2)], dim=1)
 
 
+def hat(v):  # pytorch3d so3.hat: six element writes into a fresh zeros, two dims deep
+    h = torch.zeros(v.shape[0], 3, 3)
+    x, y, z = v.unbind(1)
+    h[:, 0, 1] = -z
+    h[:, 0, 2] = y
+    h[:, 1, 0] = z
+    h[:, 1, 2] = -x
+    h[:, 2, 0] = -y
+    h[:, 2, 1] = x
+    return h
+
+
+def hat_rewrite(v):
+    x, y, z = v.unbind(1)
+    o = torch.zeros_like(x)
+    return torch.stack([o, -z, y, z, o, -x, -y, x, o], dim=-1).reshape(-1, 3, 3)
+
+
+def pinhole(p):  # kornia pinhole_matrix: writes into a repeated eye
+    fx, fy, cx, cy = torch.chunk(p[..., :4], 4, dim=1)
+    k = torch.eye(4) + 1e-6
+    k = k.view(1, 4, 4).repeat(p.shape[0], 1, 1)
+    k[..., 0, 0:1] = fx
+    k[..., 0, 2:3] = cx
+    k[..., 1, 1:2] = fy
+    k[..., 1, 2:3] = cy
+    return k
+
+
+def pinhole_rewrite(p):
+    fx, fy, cx, cy = p[:, :4].unbind(-1)
+    e = torch.full_like(fx, 1e-6)
+    return torch.stack([fx, e, cx, e, e, fy, cy, e, e, e, e + 1, e, e, e, e, e + 1],
+                       dim=-1).view(-1, 4, 4)
+
+
+def recurrence(x):  # a state written row by row and read back (a filter's loop)
+    y = torch.zeros(5, 3)
+    y[0] = x[0]
+    for i in range(1, 5):
+        y[i] = y[i - 1] * 0.5 + x[i]
+    return y
+
+
+def recurrence_rewrite(x):
+    ys = [x[0]]
+    for i in range(1, 5):
+        ys.append(ys[-1] * 0.5 + x[i])
+    return torch.stack(ys)
+
+
 CASES = [  # (function, rewrite, one sample's args, the ops the passes must leave)
     (features, features_rewrite, (torch.randn(6, 6), torch.randn(6)), {aten.stack.default: 1,
                                                                        aten.mv.default: 1}),
@@ -88,6 +139,13 @@ CASES = [  # (function, rewrite, one sample's args, the ops the passes must leav
     (rows, rows_rewrite, (torch.randn(4),), {aten.stack.default: 1, aten.cat.default: 0}),
     (diagonal, torch.diag_embed, (torch.randn(4),), {aten.diagonal_backward.default: 1}),
     (columns, columns_rewrite, (torch.randn(3, 2),), {aten.slice_backward.default: 1}),
+    # gather: one index_select from the written pieces, or the pieces in order (a cat)
+    (hat, hat_rewrite, (torch.randn(4, 3),), {aten.index_select.default: 1,
+                                              aten.zeros.default: 0}),
+    (pinhole, pinhole_rewrite, (torch.randn(3, 12),), {aten.index_select.default: 1,
+                                                       aten.repeat.default: 0}),
+    (recurrence, recurrence_rewrite, (torch.randn(5, 3),), {aten.index_select.default: 0,
+                                                            aten.cat.default: 1}),
 ]
 SCATTERS = (aten.slice_scatter.default, aten.select_scatter.default, aten.diagonal_scatter.default)
 
@@ -198,7 +256,51 @@ def read_zero(x):
     return x + y[1]
 
 
+def _shifted_gather(gm):
+    """The real gather, then each index it reads shifted by one (the neighbour element)."""
+    n = gather.gather_moves(gm)
+    for name, index in list(gm.named_buffers()):
+        if name.startswith("_gather_index"):
+            index.copy_(torch.roll(index, 1))
+    return n
+
+
+def _misread_run(gm):
+    """The real gather with each run of one leaf read from the leaf's first element on."""
+    saved = gather._run
+
+    def shifted(flat, leaves):
+        hit = saved(flat, leaves)
+        return None if hit is None else (0, hit[1])
+    gather._run = shifted
+    try:
+        return gather.gather_moves(gm)
+    finally:
+        gather._run = saved
+
+
+def _misordered(gm):
+    """The real gather with its pieces' cat in the wrong order."""
+    n = gather.gather_moves(gm)
+    for node in gm.graph.nodes:
+        if node.target is aten.cat.default:
+            node.args = (list(reversed(node.args[0])), *node.args[1:])
+    gm.recompile()
+    return n
+
+
+def readback(x):  # a row read back: the second half of one written piece
+    y = torch.zeros(4, 3)
+    y[1:3] = x[1:3].exp()
+    y[0] = x[0]
+    y[3] = y[2] * 3
+    return y * 2
+
+
 MUTATIONS = [("cse", _broken_cse, scaled, (torch.randn(3),)),
+             ("gather", _shifted_gather, hat, (torch.randn(4, 3),)),
+             ("gather", _misread_run, readback, (torch.randn(4, 3),)),
+             ("gather", _misordered, recurrence, (torch.randn(5, 3),)),
              ("fresh_scatters", _reversed_cat, interleaved, (torch.randn(3), torch.randn(3))),
              ("fresh_scatters", _reversed_cat, rows, (torch.randn(4),)),
              ("fresh_reads", _wrong_fill, read_zero, (torch.randn(3),))]

@@ -23,11 +23,13 @@ from funcbwd.errors import first_line
 from funcbwd.fx.cse import merge_common_subexpressions
 from funcbwd.fx.fresh import fold_fresh_reads
 from funcbwd.fx.fresh_scatter import rewrite_fresh_scatters
+from funcbwd.fx.gather import gather_moves
 
 #: (name, pass): each rewrites a graph in place and returns how many nodes it replaced
 PASSES: tuple[tuple[str, Callable[[torch.fx.GraphModule], int]], ...] = (
     ("cse", merge_common_subexpressions),
     ("fresh_scatters", rewrite_fresh_scatters),
+    ("gather", gather_moves),
     ("fresh_reads", fold_fresh_reads),
 )
 

@@ -55,6 +55,19 @@ class GraphCache:
                 return hit
         return self._build(key, build)
 
+    def peek(self, key: Hashable) -> Any:
+        """The entry for ``key`` or None, without the lock (a dict read is atomic under the GIL;
+        an entry evicted meanwhile is still a valid graph): a wrapper's fast path. Counted as a
+        hit and moved to the recent end, as :meth:`get` does."""
+        hit = self._entries.get(key)
+        if hit is not None:
+            self.hits += 1
+            try:
+                self._entries.move_to_end(key)
+            except KeyError:  # evicted meanwhile
+                pass
+        return hit
+
     def _build(self, key: Hashable, build: Callable[[], Any]) -> Any:
         global _tracing
         with _TRACE_LOCK:

@@ -85,7 +85,7 @@ class Functionalizer:
         if self.observer is not None:
             self.observer(CALLED, entry)
         if isinstance(entry, Untraceable):
-            return self.fallback(entry, formula, args)
+            return self.fallback(entry, formula, args, key)
         try:
             return entry.run(args)
         except RuntimeError as e:  # torch cannot run the graph here: the code as written might
@@ -93,7 +93,7 @@ class Functionalizer:
                 raise
             # both refusals come from the op's kernel check, before it draws or writes anything
             # (a graph writes its inputs back only at its end): nothing to undo
-            return self.as_written(formula, args, e)
+            return self.as_written(formula, args, e, key)
 
     def entry(self, key: Hashable, formula: Callable[..., Any], args: tuple):
         return self.cache.get(key, lambda: self._build(formula, args))
@@ -116,14 +116,15 @@ class Functionalizer:
             self.observer(TRACED, entry)
         return entry
 
-    def as_written(self, formula: Callable[..., Any], args: tuple, error: RuntimeError) -> Any:
+    def as_written(self, formula: Callable[..., Any], args: tuple, error: RuntimeError,
+                   key: Hashable = None) -> Any:
         """The graph of a signature raised at call time (e.g. torch refuses a functionalized
         write into a tensor captured from outside under forward AD, or ``randomness="same"``
         with a functionalized random op on a batched tensor): the code as written, under
         funcbwd.vmap's in-place mode where a vmap level is active. If that fails too, the
         graph's error is raised."""
         try:
-            out = (_under_inplace_mode(formula, args) if internals.vmap_active()
+            out = (_under_inplace_mode((self, key), formula, args) if internals.vmap_active()
                    else formula(*args))
         except Exception:  # noqa: BLE001 - neither runs: the graph's error is the one to see
             raise error from None
@@ -139,7 +140,8 @@ class Functionalizer:
                 "nothing was cached: call it eagerly, or around torch.compile")
 
     # --- untraceable --------------------------------------------------------------------------
-    def fallback(self, entry: Untraceable, formula: Callable[..., Any], args: tuple) -> Any:
+    def fallback(self, entry: Untraceable, formula: Callable[..., Any], args: tuple,
+                 key: Hashable = None) -> Any:
         if self.warn and not self._warned.is_set():
             self._warned.set()
             warnings.warn(f"funcbwd.functionalized({self.name}) cannot be traced ({entry.reason}); "
@@ -148,7 +150,7 @@ class Functionalizer:
         if not internals.vmap_active():
             return formula(*args)  # eager in-place is differentiable without a vmap level
         try:
-            return _under_inplace_mode(formula, args)  # the code as written, funcbwd.vmap's mode
+            return _under_inplace_mode((self, key), formula, args)  # as written, funcbwd.vmap's mode
         except Exception:  # noqa: BLE001 - the mode cannot run it: functionalize at call time
             pass
         try:
@@ -175,10 +177,13 @@ _GRAPH_LIMITS = (
 )
 
 
-def _under_inplace_mode(formula: Callable[..., Any], args: tuple) -> Any:
-    from funcbwd.tool.oldstyle import run_inplace
+def _under_inplace_mode(owner: Any, formula: Callable[..., Any], args: tuple) -> Any:
+    """``formula(*args)`` as written under funcbwd.vmap's in-place mode, custom Functions
+    converted; later calls of ``owner`` (a wrapper and signature) replay what the mode did."""
+    from funcbwd.tool.oldstyle import functions_converted, run_planned
 
-    return run_inplace(lambda: formula(*args))
+    with functions_converted():
+        return run_planned(owner, lambda: formula(*args), args)
 
 
 def _wrapper_level() -> int:

@@ -62,13 +62,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from typing import Any, Callable
 
 import torch
 
 from funcbwd import internals
 from funcbwd.errors import BadInputError
-from funcbwd.fx.formula_graphs import FormulaGraph
+from funcbwd.fx.formula_graphs import FormulaGraph, positional_key
 from funcbwd.tool.cache import DEFAULT_MAXSIZE
 from funcbwd.tool.core import (CALLED, TRACED, Functionalizer, FunctionalizeFallbackWarning,
                                Observer, Untraceable, signature_key)
@@ -94,12 +95,22 @@ def functionalized(fn: Any = None, *, maxsize: int | None = DEFAULT_MAXSIZE,
         raise BadInputError(f"functionalized takes a function or a torch.autograd.Function "
                             f"subclass, got {type(fn).__name__}")
     core = Functionalizer(fn, name=name, maxsize=maxsize, observer=observer, warn=warn)
-    depth, call = internals.stack_depth, core.call_outside_compile
+    depth, call, peek, modules = internals.stack_depth, core.call_outside_compile, core.cache.peek, sys.modules
+    fast = observer is None
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not depth():
             return fn(*args, **kwargs)
+        if fast and not kwargs and "torch._dynamo" not in modules:
+            # the fast path: positional tensors and scalars whose graph is cached (no
+            # torch.compile imported: nothing to keep dynamo out of); anything else, the full path
+            entry = peek(positional_key(args))
+            if entry.__class__ is FormulaGraph:
+                try:
+                    return entry.run(args)
+                except RuntimeError:
+                    pass  # the full path decides (a graph torch refuses here: as written)
         return call(args, kwargs)
 
     try:

@@ -36,6 +36,7 @@ in any case.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import traceback
@@ -61,6 +62,16 @@ _CURRENT: contextvars.ContextVar["InplaceMode | None"] = contextvars.ContextVar(
 def current() -> "InplaceMode | None":
     """The innermost :class:`InplaceMode` active in this context, if any."""
     return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def untracked() -> Any:
+    """No :class:`InplaceMode` tracks what runs inside (a :class:`Replay` of a Function's call)."""
+    token = _CURRENT.set(None)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
 
 
 class BorrowedTensorWarning(UserWarning):

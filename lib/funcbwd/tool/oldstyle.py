@@ -7,23 +7,32 @@ under a transform runs such a class as an equivalent setup_context-style Functio
 (:func:`_converted`): its ``forward`` runs once with a recording ``ctx``; what it saved or set on
 ``ctx`` is given to the real ``ctx`` in ``setup_context`` (saved intermediates and tensor
 attributes are returned as extra, non-differentiable outputs and dropped by ``apply``), with
-``generate_vmap_rule = True``. Every Function's ``backward`` runs under an
-:class:`~funcbwd.tool.inplace.InplaceMode` of its own: torch's engine runs it from inside
-``torch.autograd.grad``, where the caller's mode is off.
+``generate_vmap_rule = True``. Every Function's ``forward`` and ``backward`` run under an
+:class:`~funcbwd.tool.inplace.InplaceMode` of their own (torch runs them with the caller's modes
+off; the engine runs ``backward`` from inside ``torch.autograd.grad``): the first call of a class,
+method and argument signature (shapes, dtypes, batching) runs the full mode; later calls replay
+what it did (:class:`~funcbwd.tool.replay.Replay` of its :class:`~funcbwd.tool.replay.Plan`), and
+run the full mode again where the replay diverges (an op the plan does not have there, refused
+before it runs; the random state is put back; a call that wrote into its arguments before is
+not re-run: its error is raised).
 """
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import functools
+import threading
 from typing import Any, Callable
 
 import torch
 
 from funcbwd import internals
-from funcbwd.tool.inplace import InplaceMode, current
+from funcbwd.tool.inplace import InplaceMode, current, untracked
+from funcbwd.tool.replay import Plan, Replay
 
-__all__ = ["functions_converted", "mode_active", "setup_context_style", "run_inplace"]
+__all__ = ["functions_converted", "mode_active", "setup_context_style", "run_inplace",
+           "run_planned"]
 
 
 _SLOT: contextvars.ContextVar[list | None] = contextvars.ContextVar("funcbwd_function_slot",
@@ -71,6 +80,45 @@ class _RecordingCtx:
         return self._calls["saved"]
 
 
+#: (class, method, argument signature) -> the Plan of its first call under the mode (None: the
+#: call needed the full mode), least recently used out past :data:`PLANS_KEPT`
+_PLANS: "collections.OrderedDict[tuple, Plan | None]" = collections.OrderedDict()
+PLANS_KEPT = 1024
+_PLANS_LOCK = threading.Lock()
+
+
+def _under_mode(cls: type, method: str, run: Callable[[], Any], args: tuple) -> Any:
+    """``run()`` (``cls.method`` on ``args``) under the in-place mode (see the module docstring)."""
+    return run_planned((cls, method), run, args)
+
+
+def run_planned(owner: Any, run: Callable[[], Any], args: tuple) -> Any:
+    """``run()`` (a call of ``owner``, hashable, on ``args``) under the in-place mode: the full
+    mode the first time for ``owner`` and the arguments' signature, its replayed plan later."""
+    key = (owner, tuple((a.shape, a.dtype, internals.is_batched(a))
+                        if isinstance(a, torch.Tensor) else type(a) for a in args))
+    plan = _PLANS.get(key)
+    if plan is not None:
+        rng = torch.get_rng_state()
+        versions = [(a, a._version) for a in args if isinstance(a, torch.Tensor)]
+        try:
+            with untracked(), Replay(plan):
+                return run()
+        except Exception:  # noqa: BLE001 - diverged: the full mode runs it (unless it wrote)
+            if any(t._version != v for t, v in versions):
+                raise
+            torch.set_rng_state(rng)
+    mode = InplaceMode()
+    with mode:
+        out = run()
+    with _PLANS_LOCK:
+        _PLANS[key] = mode.plan()
+        _PLANS.move_to_end(key)
+        while len(_PLANS) > PLANS_KEPT:
+            _PLANS.popitem(last=False)
+    return out
+
+
 def _where(t: Any, inputs: tuple, outs: tuple, extras: list) -> tuple[str, Any]:
     if not isinstance(t, torch.Tensor):
         return ("value", t)
@@ -89,9 +137,11 @@ def _converted(cls: type) -> type:
     """``cls`` (old style) as a setup_context-style Function with a generated vmap rule."""
 
     def forward(*args: Any) -> Any:
-        rec = _RecordingCtx(len(args))
-        with InplaceMode():  # torch runs a Function's forward with the caller's modes off
-            out = cls.forward(rec, *args)
+        def run() -> tuple:
+            rec = _RecordingCtx(len(args))  # a fresh one if the full mode runs it again
+            return rec, cls.forward(rec, *args)
+
+        rec, out = _under_mode(cls, "forward", run, args)
         single = not isinstance(out, tuple)
         outs = (out,) if single else tuple(out)
         extras: list[torch.Tensor] = []
@@ -130,8 +180,8 @@ def _converted(cls: type) -> type:
         ctx.funcbwd_n_out = plan["n_out"]
 
     def backward(ctx: Any, *grads: Any) -> Any:
-        with InplaceMode():
-            return cls.backward(ctx, *grads[:ctx.funcbwd_n_out])
+        grads = grads[:ctx.funcbwd_n_out]
+        return _under_mode(cls, "backward", lambda: cls.backward(ctx, *grads), grads)
 
     conv = type(cls.__name__, (torch.autograd.Function,), {
         "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
@@ -166,13 +216,11 @@ def _backward_under_mode(cls: type) -> type:
     """``cls`` (setup_context style) with its ``forward`` and ``backward`` run under an
     :class:`InplaceMode` each."""
 
-    def forward(*args: Any) -> Any:
-        with InplaceMode():  # torch runs a Function's forward with the caller's modes off
-            return cls.forward(*args)
+    def forward(*args: Any) -> Any:  # torch runs it with the caller's modes off
+        return _under_mode(cls, "forward", lambda: cls.forward(*args), args)
 
     def backward(ctx: Any, *grads: Any) -> Any:
-        with InplaceMode():
-            return cls.backward(ctx, *grads)
+        return _under_mode(cls, "backward", lambda: cls.backward(ctx, *grads), grads)
 
     return type(cls.__name__, (cls,), {"forward": staticmethod(forward),
                                        "backward": staticmethod(backward),
