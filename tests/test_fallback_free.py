@@ -238,23 +238,23 @@ def test_the_cache_is_keyed_on_what_determines_the_graph():
 
 
 def test_the_cost_gate_keeps_torchs_backward_where_the_graph_costs_more(monkeypatch):
-    """With the cost gate on, a graph timed slower than torch's backward with its fallback at
-    the first call is not used. Mutation-style: a margin of 0 makes every graph 'slower' (torch's
+    """With the cost gate on, a graph timed slower than GATE_MARGIN x torch's backward with its
+    fallback at the first call is not used. Mutation-style: a margin of 0 makes every graph 'slower' (torch's
     backward runs, the reason says so); a huge margin makes none (the graph runs); off (the
     default) the gate never times anything."""
     cummax = lambda t: (torch.cummax(t, 0).values,)  # noqa: E731
     x, cts = _randn(B, 5, seed=1), _randn(B, 5, seed=2)
     for margin, want in ((0.0, tb.PASSTHROUGH), (1e9, tb.GRAPH)):
-        monkeypatch.setattr(tb, "COST_MARGIN", margin)
+        monkeypatch.setattr(tb, "GATE_MARGIN", margin)
         st = TracedBackward(cost_gate=True)
         (got,), events, _ = _vmapvjp(st, cummax, x, cts)
         torch.testing.assert_close(got, _loop(cummax, x, cts))
         assert [e.mechanism for e in events] == [want]
         if want == tb.PASSTHROUGH:
-            assert "costs more than torch's backward" in events[0].detail
+            assert "x torch's backward with its per-sample fallback" in events[0].detail
             _, events, _ = _vmapvjp(st, cummax, x, cts)  # kept: no graph from now on
             assert [e.mechanism for e in events] == [tb.PASSTHROUGH] and st.trace_count == 1
-    monkeypatch.setattr(tb, "COST_MARGIN", 0.0)
+    monkeypatch.setattr(tb, "GATE_MARGIN", 0.0)
     _, events, _ = _vmapvjp(TracedBackward(), cummax, x, cts)
     assert [e.mechanism for e in events] == [tb.GRAPH]
 

@@ -302,3 +302,76 @@ def test_an_elided_graph_failing_the_check_runs_un_elided(monkeypatch):
         assert ("copies elided" in ev.detail) and (" 0 copies" in ev.detail) == mutate
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w)
+
+
+# ------------------------------------------------------------------------------ the forward stage
+def _t_copy(x):  # no batching rule for aten::t_copy: the forward takes vmap's fallback
+    return (torch.t_copy(x).sin(),)
+
+
+def _seen_fallbacks(fn):
+    import warnings
+
+    from funcbwd.internals import fallback_ops
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn()
+    return out, fallback_ops(caught)
+
+
+def test_a_forward_that_falls_back_runs_as_a_decomposed_graph_from_the_second_call():
+    st = TracedBackward()
+    batched = [_randn(B, 3, 4, seed=1), _randn(B, 4, 3, seed=2)]
+    want = _loop(_t_copy, batched, (0, 0), 1)
+    (got, events), ops = _seen_fallbacks(lambda: _run(st, _t_copy, batched, (0, 0), 1))
+    assert ops == ["aten::t_copy"] and tb.FORWARD_GRAPH not in [e.mechanism for e in events]
+    (got2, events2), ops2 = _seen_fallbacks(lambda: _run(st, _t_copy, batched, (0, 0), 1))
+    assert ops2 == [] and tb.FORWARD_GRAPH in [e.mechanism for e in events2]
+    for g, g2, w in zip(got, got2, want):
+        torch.testing.assert_close(g, w)
+        torch.testing.assert_close(g2, w)
+    (fwd,) = [h for h in st.cached_forwards() if isinstance(h, tb.ForwardGraph)]
+    assert "aten::t_copy" in fwd.report.decomposed and not fwd.report.left
+
+
+def test_mutation_a_wrong_forward_decomposition_is_refused_by_the_check(monkeypatch):
+    from funcbwd.fx import fallback_free, forward_graph
+
+    real = fallback_free.decomposition
+
+    def wrong(op):  # t_copy decomposed as a copy of its input, untransposed
+        d, whose = real(op)
+        if fallback_free.op_name(op) == "aten::t_copy":
+            return (lambda x: x.clone().reshape(x.shape[::-1])), whose
+        return d, whose
+
+    monkeypatch.setattr(fallback_free, "decomposition", wrong)
+    st = TracedBackward()
+    batched = [_randn(B, 3, 4, seed=3), _randn(B, 4, 3, seed=4)]
+    want = _loop(_t_copy, batched, (0, 0), 1)
+    for _ in range(2):
+        got, events = _run(st, _t_copy, batched, (0, 0), 1)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+    assert tb.FORWARD_GRAPH not in [e.mechanism for e in events]
+    (refused,) = [h for h in st.cached_forwards() if isinstance(h, tb.Refused)]
+    assert "differs from fn" in refused.reason
+    # the mutation is live: unchecked, the wrong graph's output differs
+    x = _randn(3, 4, seed=5)
+    gm = tb.trace_joint(lambda t: _t_copy(t), [x])
+    gm, _ = fallback_free.decompose_fallbacks(gm, [x], [True])
+    assert forward_graph.refusal(gm) is None and not torch.allclose(gm(x)[0], _t_copy(x)[0])
+
+
+def test_a_random_forward_gets_no_forward_graph():
+    fn = lambda t: (torch.t_copy(t) * torch.rand_like(torch.t_copy(t)),)  # noqa: E731
+    st = TracedBackward()
+    batched = [_randn(B, 3, 4, seed=6), _randn(B, 4, 3, seed=7)]
+
+    def h(x, ct):
+        return st.vjp(fn, x)[1]((ct,))
+
+    for _ in range(2):
+        vmap(h, randomness="different")(*batched)
+    (refused,) = [h for h in st.cached_forwards() if isinstance(h, tb.Refused)]
+    assert "random op" in refused.reason

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Iterator
+import re
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -193,6 +194,17 @@ def one_sample(t: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------- vmap's slow fallback
 def vmap_fallback_enabled() -> bool:
     return _F._is_vmap_fallback_enabled()
+
+
+#: vmap's slow-fallback warning, naming the op ("performance drop ... batching rule for aten::op")
+FALLBACK_RE = re.compile(r"batching rule for (\w+::\w+(?:\.\w+)?)")
+
+
+def fallback_ops(caught: Iterable[Any]) -> list[str]:
+    """The ATen ops named by vmap's "performance drop ... batching rule for <op>" warnings
+    (Python warnings, or lines torch's C++ wrote to stderr)."""
+    texts = (w if isinstance(w, str) else str(w.message) for w in caught)
+    return sorted({m.group(1) for t in texts for m in [FALLBACK_RE.search(t)] if m})
 
 
 @contextlib.contextmanager

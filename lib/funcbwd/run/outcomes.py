@@ -17,6 +17,8 @@ import tempfile
 from typing import Iterable, Iterator
 import warnings
 
+from funcbwd.internals import FALLBACK_RE as _FALLBACK_RE, fallback_ops  # noqa: F401
+
 #: "uninformative": it passed, but an all-zeros result would pass the same check (torch's answer
 #: is zero there): no evidence, never counted as a pass or a fix
 STATUSES = ("pass", "fail", "mismatch", "timeout", "uninformative", "not_applicable")
@@ -37,14 +39,6 @@ REASONS = {
     "": "",
 }
 
-_FALLBACK_RE = re.compile(r"batching rule for (\w+::\w+(?:\.\w+)?)")
-
-
-def fallback_ops(caught: Iterable[warnings.WarningMessage | str]) -> list[str]:
-    """The ATen ops named by vmap's "performance drop ... batching rule for <op>" warnings
-    (Python warnings, or lines torch's C++ wrote to stderr)."""
-    texts = (w if isinstance(w, str) else str(w.message) for w in caught)
-    return sorted({m.group(1) for t in texts for m in [_FALLBACK_RE.search(t)] if m})
 
 
 @dataclasses.dataclass

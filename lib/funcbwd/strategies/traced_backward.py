@@ -30,6 +30,16 @@ batches them alike, and an outer ``vjp``/``grad`` differentiates the graph (vjp 
 outputs carry the eager forward's own derivative). Outside vmap the eager ``vjp_fn`` runs as
 written.
 
+**The forward stage** (:mod:`funcbwd.fx.forward_graph`): an op of the *forward* without a
+batching rule (``t_copy``, ``masked_fill`` with a tensor value, ``max_unpool``) takes vmap's
+fallback before any backward runs. The first call of a forward signature under vmap watches vmap's
+fallback warnings; where one names an op, a forward graph is built (the forward traced, its
+falling-back nodes decomposed, its outputs and vjp checked against ``fn``'s on seeded inputs;
+with :attr:`~TracedBackward.cost_gate`, kept only if its vjp, timed once, is not slower than
+``fn``'s with the fallback) and later calls differentiate it instead of ``fn`` (provenance
+:data:`FORWARD_GRAPH`; the backward stage then works on it as on ``fn``). A fallback torch reaches
+from C++ (``quantile``'s ``lerp_``) prints to stderr instead of warning and is not seen.
+
 Cache: per function (:func:`funcbwd.fx.joint.function_key`: its code, and what it closes over,
 captured tensors by identity: a fresh closure of the same code over the same objects hits the
 same graph) and signature (shapes, strides, dtypes and devices of the tensors, values of the
@@ -69,7 +79,8 @@ Conservative refusals: an op tagged ``nondeterministic_seeded`` for an argument 
 (CPU flash attention at ``dropout_p=0``) is refused all the same.
 
 Provenance: :data:`GRAPH` (ran=True, detail: nodes, copies elided, decomposed and left fallback
-ops, check) when a graph runs; :data:`PASSTHROUGH` (ran=False) where torch's backward needs
+ops, check) when a graph runs; :data:`FORWARD_GRAPH` (ran=True) when the forward stage's graph
+runs; :data:`PASSTHROUGH` (ran=False) where torch's backward needs
 none; :data:`FALLBACK` (ran=False, detail: the reason); :data:`PLAIN` outside vmap.
 :attr:`TracedBackward.trace_seconds` keeps the time each new signature took (trace, passes, check,
 compile), :attr:`TracedBackward.trace_count` how many signatures were traced.
@@ -92,7 +103,8 @@ from torch.utils import _pytree as pytree
 
 from funcbwd import internals
 from funcbwd.errors import first_line
-from funcbwd.fx import codegen, elide, fallback_free
+from funcbwd.fx import codegen, elide, fallback_free, forward_graph
+from funcbwd.fx.forward_graph import ForwardGraph
 from funcbwd.fx.formula_graphs import bindings_equivalent, flatten_args, positional_key, tensor_spec
 from funcbwd.fx.joint import (CHECK_SEED, JointCall, JointGraph, Passthrough, Refused,  # noqa: F401
                               _tensor_positions, check_graph, check_inputs, compare, flatten,
@@ -108,6 +120,7 @@ UNELIDED = "traced backward graph ran (un-elided: the elided graph failed the ch
 FALLBACK = "no graph: vjp_fn functionalized as whole does"
 PLAIN = "vjp_fn ran as written (no vmap level)"
 PASSTHROUGH = "torch's backward ran as is (no per-sample fallback to remove)"
+FORWARD_GRAPH = "traced forward graph ran (its fallback ops decomposed)"
 #: the values of :attr:`TracedBackward.install`
 INSTALL = ("fallback", "always")
 #: signatures (over all functions) whose graphs or refusals are kept
@@ -195,9 +208,64 @@ def _build(call: JointCall, logical: Sequence[Any], check: bool = True, decompos
     return Refused("graph check failed: " + "; un-elided: ".join(tried))
 
 
-#: with the cost gate on, the graph runs only if, timed once at the first call, it costs at most
-#: this many times torch's backward with its per-sample fallback
-COST_MARGIN = 1.1
+#: the cost gate (``cost_gate=True``): a graph runs only where, timed at the first call of its
+#: signature (:func:`_timed_pair`), it costs at most this share of what it replaces (torch's
+#: backward, or the forward as written, with vmap's per-sample fallback): a graph's path pays a
+#: signature key per call that a passthrough does not
+GATE_MARGIN = 0.9
+#: interleaved rounds of that timing (the best of each side kept)
+GATE_ROUNDS = 5
+
+
+def _timed_pair(graph: Callable[[], Any], eager: Callable[[], Any]) -> tuple[float, float] | None:
+    """(graph, eager) thread-CPU seconds, the best of :data:`GATE_ROUNDS` interleaved rounds (a
+    slow moment of the machine hits both), or None if either raises."""
+    best = [math.inf, math.inf]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            for _ in range(GATE_ROUNDS):
+                for i, arm in enumerate((graph, eager)):
+                    start = time.thread_time()
+                    arm()
+                    best[i] = min(best[i], time.thread_time() - start)
+        except Exception:  # noqa: BLE001 - no comparison: the graph runs
+            return None
+    return best[0], best[1]
+
+
+def _slower(hit: JointGraph, run: Callable, full: Sequence[Any], vjp_fn: Callable,
+            cotangents: Any) -> str:
+    """Why torch's backward (with vmap's fallback) should run instead of the graph: the graph
+    costs more than :data:`GATE_MARGIN` times it (:func:`_timed_pair`, no grad); '' when the
+    graph is that cheap (it runs)."""
+    with torch.no_grad():
+        times = _timed_pair(lambda: run(full), lambda: vjp_fn(cotangents))
+    if times is None or times[0] <= GATE_MARGIN * times[1]:
+        return ""
+    ops = sum(1 for n in hit.graph.graph.nodes if n.op == "call_function")
+    return (f"the graph ({ops} ops) costs more than {GATE_MARGIN}x torch's backward with its "
+            f"per-sample fallback at the first call ({times[0] * 1e6:.0f} us vs "
+            f"{times[1] * 1e6:.0f} us)")
+
+
+def _forward_slower(hit: ForwardGraph, fn: Callable, primals: tuple, inputs: tuple) -> str:
+    """Why the forward should run as written: the vjp through its graph (forward and backward,
+    ones as cotangents, under the call's vmap) costs more than :data:`GATE_MARGIN` times the vjp
+    of ``fn`` with its per-sample fallback (:func:`_timed_pair`); '' when it is that cheap. The
+    graph has no random or mutating op, so the extra runs change nothing."""
+    def vjp_of(f: Callable) -> Callable[[], Any]:
+        def run() -> Any:
+            out, back = torch.func.vjp(lambda *p: f(*p, *inputs), *primals)
+            return back(pytree.tree_map(torch.ones_like, out))
+        return run
+
+    times = _timed_pair(vjp_of(hit.function), vjp_of(fn))
+    if times is None or times[0] <= GATE_MARGIN * times[1]:
+        return ""
+    return (f"the vjp through the forward graph costs more than {GATE_MARGIN}x fn's with its "
+            f"per-sample fallback at the first call ({times[0] * 1e6:.0f} us vs "
+            f"{times[1] * 1e6:.0f} us)")
 
 
 batched_here = internals.batched_here
@@ -205,33 +273,6 @@ batched_here = internals.batched_here
 
 class _Other:
     """A non-tensor argument in a passthrough key (its value is in the full signature only)."""
-
-
-def _slower(hit: JointGraph, run: Callable, full: Sequence[Any], vjp_fn: Callable,
-            cotangents: Any) -> str:
-    """Why torch's backward (with vmap's fallback) should run instead of the graph: the graph,
-    timed at the first call (best of 3, thread CPU, no grad), costs more than
-    :data:`COST_MARGIN` times it; '' when the graph is as cheap (it runs)."""
-    def best(f: Callable[[], Any]) -> float:
-        out = math.inf
-        for _ in range(3):
-            start = time.thread_time()
-            f()
-            out = min(out, time.thread_time() - start)
-        return out
-
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            graph, eager = best(lambda: run(full)), best(lambda: vjp_fn(cotangents))
-        except Exception:  # noqa: BLE001 - either raises: no comparison, the graph runs
-            return ""
-    if graph <= COST_MARGIN * eager:
-        return ""
-    ops = sum(1 for n in hit.graph.graph.nodes if n.op == "call_function")
-    return (f"the graph ({ops} ops) costs more "
-            f"than torch's backward with its per-sample fallback at the first call "
-            f"({graph * 1e6:.0f} us vs {eager * 1e6:.0f} us)")
 
 
 # ------------------------------------------------------------------------------ the strategy
@@ -267,6 +308,12 @@ class TracedBackward(Strategy):
         self._cache: collections.OrderedDict[tuple, JointGraph | Refused | Passthrough] = \
             collections.OrderedDict()
         self._passthrough: dict[tuple, Passthrough] = {}
+        #: the forward stage: signature -> its ForwardGraph, or why the forward runs as written
+        self._forwards: dict[tuple, ForwardGraph | str | Refused] = {}
+        #: forward signatures whose forward graph's backward runs as is (no backward graph)
+        self._graph_plain: set[tuple] = set()
+        #: coarse keys (as the passthrough's) whose forward runs as written: no stage per call
+        self._as_written: set[tuple] = set()
         self.trace_seconds: list[float] = []
         self.trace_count = 0
         self._tracing = 0
@@ -321,6 +368,31 @@ class TracedBackward(Strategy):
             self._store(key, hit)
             return hit
 
+    def _forward_entry(self, key: tuple, fn: Callable, primals: tuple, inputs: tuple,
+                       fell_back: list[str]) -> ForwardGraph | str | Refused:
+        """The forward stage's entry for ``key``, decided at its first call: a checked forward
+        graph where an op of the forward fell back (``fell_back``, from vmap's warnings) and the
+        graph is not slower than that forward (with :attr:`cost_gate`), else why not."""
+        hit: ForwardGraph | str | Refused = forward_graph.AS_WRITTEN
+        if fell_back:
+            leaves = [*flatten(primals)[0], *flatten(inputs)[0]]
+            batched = [isinstance(t, torch.Tensor) and internals.is_batched(t) for t in leaves]
+            with self._lock:
+                start = time.perf_counter()
+                hit = forward_graph.build(fn, primals, inputs, batched)
+                self.trace_seconds.append(time.perf_counter() - start)
+            if isinstance(hit, ForwardGraph) and self.cost_gate:
+                slower = _forward_slower(hit, fn, primals, inputs)
+                if slower:
+                    hit = Refused(slower)
+        with self._lock:
+            if len(self._forwards) >= CACHE_SIZE:
+                self._forwards.clear()
+            self._graph_plain.clear()
+            self._as_written.clear()
+            self._forwards[key] = hit
+        return hit
+
     def _runner(self, hit: JointGraph) -> Callable[[Sequence[Any]], Any]:
         """The graph's run, inside the scoped rules where it needs them."""
         return self.scoped_backward(hit.run) if hit.needs_rules else hit.run
@@ -329,10 +401,18 @@ class TracedBackward(Strategy):
         with self._lock:
             return list(self._cache.values())
 
+    def cached_forwards(self) -> list[ForwardGraph | str | Refused]:
+        """The forward stage's entries (graphs, refusals, and AS_WRITTEN)."""
+        with self._lock:
+            return list(self._forwards.values())
+
     def clear_cache(self) -> None:
         with self._lock:
             self._cache.clear()
             self._passthrough.clear()
+            self._forwards.clear()
+            self._graph_plain.clear()
+            self._as_written.clear()
 
     def vjp(self, fn: Callable, *primals: Any, inputs: Sequence[Any] = ()):
         """``(out, vjp_fn)`` of ``fn(*primals, *inputs)`` with respect to ``primals`` (``inputs``:
@@ -346,10 +426,37 @@ class TracedBackward(Strategy):
         fwd_key = (f_key, *[(t.dim(), t.dtype, batched_here(t)) if isinstance(t, torch.Tensor)
                             else _Other for t in (*primals, *inputs)])
         known = self._passthrough.get(fwd_key)
-        out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
         if known is not None:
+            out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
             provenance.record(self.name, PASSTHROUGH, False, known.reason)
             return out, vjp_fn
+        forward, watch, fsig = None, None, None
+        if internals.vmap_active() and fwd_key not in self._as_written:  # the forward stage
+            watch = fsig = forward_graph.signature(f_key, primals, inputs)
+            forward = self._forwards.get(watch)
+            if forward is not None:
+                watch = None
+        if isinstance(forward, ForwardGraph):
+            fn, f_key = forward.function, (f_key, "forward graph", id(forward))
+            provenance.record(self.name, FORWARD_GRAPH, True, forward.detail)
+            if fsig in self._graph_plain:  # its backward needs nothing: torch's own, as is
+                out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
+                provenance.record(self.name, PASSTHROUGH, False, Passthrough().reason)
+                return out, vjp_fn
+        if watch is None:
+            out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
+        else:  # the first call of this forward signature: did an op of it fall back?
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
+            for w in caught:  # seen, and passed on as they came
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            forward = self._forward_entry(watch, fn, primals, inputs,
+                                          internals.fallback_ops(caught))
+            if not isinstance(forward, ForwardGraph) and len(self._as_written) < CACHE_SIZE:
+                self._as_written.add(fwd_key)  # coarse, as the passthrough: a miss costs speed
+        # a forward graph is chosen per signature: the coarse passthrough key must not skip it
+        coarse = not isinstance(forward, ForwardGraph)
         p_leaves, p_key = flatten(primals)
         i_leaves, i_key = flatten(inputs)
 
@@ -382,7 +489,10 @@ class TracedBackward(Strategy):
                 else:
                     with self._lock:
                         self._store(key, Passthrough())
-                        self._store_passthrough(fwd_key, Passthrough())
+                        if coarse:
+                            self._store_passthrough(fwd_key, Passthrough())
+                        elif len(self._graph_plain) < CACHE_SIZE:
+                            self._graph_plain.add(fsig)
                     provenance.record(self.name, PASSTHROUGH, False, Passthrough().reason)
                     return grads
             p_spec = pytree.tree_structure(primals)
@@ -399,7 +509,8 @@ class TracedBackward(Strategy):
                     if slower:  # the fallback is cheaper than the graph here: torch's backward
                         with self._lock:  # decided at this call's batch size, kept for the signature
                             self._store(key, Passthrough(slower))
-                            self._store_passthrough(fwd_key, Passthrough(slower))
+                            if coarse:
+                                self._store_passthrough(fwd_key, Passthrough(slower))
                         provenance.record(self.name, PASSTHROUGH, False, slower)
                         return vjp_fn(cotangents)
             if isinstance(hit, Refused):

@@ -66,7 +66,9 @@ from funcbwd.studies.bench import timing
 from funcbwd.studies.coverage import fallback_targets, opinfo
 from funcbwd.studies.coverage.fallback_targets import format_result  # noqa: F401 (the study's text)
 from funcbwd.strategies import get_strategy, provenance
-from funcbwd.strategies.traced_backward import FALLBACK, PASSTHROUGH, JointGraph, TracedBackward
+from funcbwd.fx.forward_graph import ForwardGraph
+from funcbwd.strategies.traced_backward import (FALLBACK, FORWARD_GRAPH, PASSTHROUGH, JointGraph,
+                                               TracedBackward)
 
 #: traced_backward / builtin speedup the median op must reach at every batch >= 8 (issue 30;
 #: 10x before: no floor reaches it at these sizes)
@@ -194,9 +196,11 @@ def _timed(p: Prepared, in_dims: tuple, traced: TracedBackward, repeats: int, bu
     args = p.batched(in_dims)
     builtin = get_strategy("builtin")
     scoped = traced.with_rules()  # the rules around its graph, as in the sweep
-    with warnings.catch_warnings(), fallbacks_seen(), provenance.collecting() as events:
+    with warnings.catch_warnings(), fallbacks_seen():
         warnings.simplefilter("ignore")
-        p.call(scoped, in_dims, args)  # the first call at this batch: what it installs
+        p.call(scoped, in_dims, args)  # the first call at this batch decides what installs
+        with provenance.collecting() as events:
+            p.call(scoped, in_dims, args)  # what runs from then on
     installed = sorted({e.mechanism for e in events if e.strategy == traced.name})
     arms = [lambda: p.call(builtin, in_dims, args), lambda: p.call(scoped, in_dims, args)]
     contexts = [contextlib.nullcontext, contextlib.nullcontext]
@@ -261,25 +265,34 @@ def measure_op(name: str, batches: Sequence[int] = DEFAULT_BATCHES, repeats: int
                 tried["why"] = b["message"] or "builtin takes no fallback here"
                 continue
             traced = TracedBackward(cost_gate=True)
-            t = _attempt(p, traced, in_dims, rules=True)
+            t = _attempt(p, traced, in_dims, rules=True)  # the first call decides what installs
+            if t["status"] == "pass":
+                t = _attempt(p, traced, in_dims, rules=True)  # a later call: what then runs
             tried.update(traced_backward=t["status"], traced_fallback_ops=t["fallback_ops"])
             if t["status"] != "pass":
                 tried["why"] = t["message"]
                 continue
-            graph = [e for e in t["events"] if e.ran]
+            forward = [e.detail for e in t["events"] if e.mechanism == FORWARD_GRAPH]
+            graph = [e for e in t["events"] if e.ran and e.mechanism != FORWARD_GRAPH]
             refused = [e.detail for e in t["events"] if not e.ran and e.mechanism == FALLBACK]
             passthrough = [e.detail for e in t["events"] if e.mechanism == PASSTHROUGH]
             graphs = [h for h in traced.cached() if isinstance(h, JointGraph)]
             report = graphs[0].fallbacks if graphs else None
+            fwd = next((h.report for h in traced.cached_forwards() if isinstance(h, ForwardGraph)),
+                       None)
             row.update(status="measured", sample=i, in_dims=list(in_dims), entries=p.entries_kind,
                        builtin_fallback_ops=b["fallback_ops"], traced_fallback_ops=t["fallback_ops"],
-                       graph_ran=bool(graph) and not refused and not passthrough,
-                       installed=("graph" if graph and not refused and not passthrough else
-                                  f"passthrough: {passthrough[0]}" if passthrough else
-                                  f"refused: {refused[0]}" if refused else "none"),
+                       graph_ran=(bool(graph) and not refused and not passthrough) or bool(forward),
+                       installed=("forward graph; " if forward else "") + (
+                           "graph" if graph and not refused and not passthrough else
+                           f"passthrough: {passthrough[0]}" if passthrough else
+                           f"refused: {refused[0]}" if refused else "none"),
+                       forward_graph=forward[0] if forward else "",
                        graph=(graph[0].detail if graph else ""), refusal=refused[0] if refused else "",
-                       graph_decomposed=list(report.decomposed) if report else [],
-                       graph_fallbacks_left=[list(x) for x in report.left] if report else [],
+                       graph_decomposed=[*(report.decomposed if report else ()),
+                                         *(f"forward: {o}" for o in (fwd.decomposed if fwd else ()))],
+                       graph_fallbacks_left=[*([list(x) for x in report.left] if report else []),
+                                             *([f"forward: {o}", w] for o, w in (fwd.left if fwd else ()))],
                        graph_probe=report.probe if report else "",
                        trace_s=(round(sum(traced.trace_seconds), 4) if traced.trace_seconds else None),
                        by_batch={})
