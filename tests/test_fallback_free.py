@@ -12,6 +12,7 @@ from funcbwd import internals
 from funcbwd.fx import fallback_free
 from funcbwd.run.outcomes import fallbacks_seen
 from funcbwd.strategies import provenance
+from funcbwd.strategies import cost_gate
 from funcbwd.strategies import traced_backward as tb
 from funcbwd.strategies.traced_backward import TracedBackward
 
@@ -245,7 +246,7 @@ def test_the_cost_gate_keeps_torchs_backward_where_the_graph_costs_more(monkeypa
     cummax = lambda t: (torch.cummax(t, 0).values,)  # noqa: E731
     x, cts = _randn(B, 5, seed=1), _randn(B, 5, seed=2)
     for margin, want in ((0.0, tb.PASSTHROUGH), (1e9, tb.GRAPH)):
-        monkeypatch.setattr(tb, "GATE_MARGIN", margin)
+        monkeypatch.setattr(cost_gate, "GATE_MARGIN", margin)
         st = TracedBackward(cost_gate=True)
         (got,), events, _ = _vmapvjp(st, cummax, x, cts)
         torch.testing.assert_close(got, _loop(cummax, x, cts))
@@ -254,7 +255,7 @@ def test_the_cost_gate_keeps_torchs_backward_where_the_graph_costs_more(monkeypa
             assert "x torch's backward with its per-sample fallback" in events[0].detail
             _, events, _ = _vmapvjp(st, cummax, x, cts)  # kept: no graph from now on
             assert [e.mechanism for e in events] == [tb.PASSTHROUGH] and st.trace_count == 1
-    monkeypatch.setattr(tb, "GATE_MARGIN", 0.0)
+    monkeypatch.setattr(cost_gate, "GATE_MARGIN", 0.0)
     _, events, _ = _vmapvjp(TracedBackward(), cummax, x, cts)
     assert [e.mechanism for e in events] == [tb.GRAPH]
 

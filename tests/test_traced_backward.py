@@ -14,6 +14,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from funcbwd import internals
 from funcbwd.fx.formula_graphs import blank, tensor_spec
 from funcbwd.strategies import provenance
+from funcbwd.strategies import joint_build
 from funcbwd.strategies import traced_backward as tb
 from funcbwd.strategies.traced_backward import TracedBackward
 
@@ -216,7 +217,7 @@ def test_a_graph_baking_the_saved_tensors_is_caught_by_the_check(monkeypatch):
             return make_fx(lambda *f: joint(primal, *f[1:]), tracing_mode="real")(
                 *[blank(s) for s in specs])
 
-    monkeypatch.setattr(tb, "trace_joint", baked)
+    monkeypatch.setattr(joint_build, "trace_joint", baked)
     x1, x2, cts = _randn(5, seed=1), _randn(5, seed=2), _randn(B, 5, seed=3)
     want2 = torch.stack([vjp(fn, x2)[1]((c,))[0] for c in cts])
     for check in (False, True):
@@ -231,7 +232,7 @@ def test_a_graph_baking_the_saved_tensors_is_caught_by_the_check(monkeypatch):
             torch.testing.assert_close(got, want2)
         else:
             assert ev.mechanism == tb.GRAPH and not torch.allclose(got, want2)
-    monkeypatch.setattr(tb, "trace_joint", real)
+    monkeypatch.setattr(joint_build, "trace_joint", real)
     st = TracedBackward(install="always")  # the real tracer: right for both primals, one graph
     for x in (x1, x2):
         _, vjp_fn = st.vjp(fn, x)
@@ -335,7 +336,7 @@ def test_a_forward_that_falls_back_runs_as_a_decomposed_graph_from_the_second_ca
 
 
 def test_mutation_a_wrong_forward_decomposition_is_refused_by_the_check(monkeypatch):
-    from funcbwd.fx import fallback_free, forward_graph
+    from funcbwd.fx import fallback_free
 
     real = fallback_free.decomposition
 
@@ -360,7 +361,7 @@ def test_mutation_a_wrong_forward_decomposition_is_refused_by_the_check(monkeypa
     x = _randn(3, 4, seed=5)
     gm = tb.trace_joint(lambda t: _t_copy(t), [x])
     gm, _ = fallback_free.decompose_fallbacks(gm, [x], [True])
-    assert forward_graph.refusal(gm) is None and not torch.allclose(gm(x)[0], _t_copy(x)[0])
+    assert tb.refusal(gm) is None and not torch.allclose(gm(x)[0], _t_copy(x)[0])
 
 
 def test_a_random_forward_gets_no_forward_graph():

@@ -17,7 +17,7 @@ batched by their rules), and ``traced_backward`` builds its joint graph from it 
 backward still falls back.
 
 Refused (``fn`` runs as written): a trace that raises, a random or mutating op in the graph
-(:func:`refusal`: a second forward would draw or write again), nothing decomposed, a check that
+(:func:`funcbwd.fx.joint.refusal`: a second forward would draw or write again), nothing decomposed, a check that
 differs or cannot run. The stage is entered only after a call of ``fn`` under vmap warned that an
 op fell back (:data:`funcbwd.internals.FALLBACK_RE`): a fallback torch reaches from C++ (inside a
 composite op) prints to stderr instead and is not seen here.
@@ -36,23 +36,10 @@ from funcbwd import internals
 from funcbwd.errors import first_line
 from funcbwd.fx import codegen, fallback_free
 from funcbwd.fx.joint import (CHECK_SEED, Refused, _tensor_positions, check_inputs, compare, flatten,
-                              reshape_views, trace_joint)
+                              refusal, reshape_views, trace_joint)
 
 #: a cached decision not to use a forward graph (the forward needs none, or it was refused)
 AS_WRITTEN = "the forward as written"
-
-
-def refusal(gm: torch.fx.GraphModule) -> str | None:
-    """Why ``gm`` cannot stand for the forward, by its ops (random or mutating), or None."""
-    ops = [n.target for n in gm.graph.nodes
-           if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
-    random = sorted({str(t) for t in ops if torch.Tag.nondeterministic_seeded in t.tags})
-    if random:
-        return f"random op in the forward ({', '.join(random)}): a graph would draw anew"
-    mutating = sorted({str(t) for t in ops if t._schema.is_mutable})
-    if mutating:
-        return f"the function mutates its inputs ({', '.join(mutating)})"
-    return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -193,7 +193,25 @@ def trace_joint(joint: Callable[..., tuple], flat: Sequence[Any]) -> torch.fx.Gr
         return internals.fake_trace(torch.func.functionalize(of_tensors), *[blank(s) for s in specs])
 
 
-# ------------------------------------------------------------------------------ the check
+# ------------------------------------------------------------------------------ refusals and the check
+def _ops(gm: torch.fx.GraphModule) -> list[torch._ops.OpOverload]:
+    return [n.target for n in gm.graph.nodes
+            if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+
+
+def refusal(gm: torch.fx.GraphModule) -> str | None:
+    """Why a traced graph (a joint or a forward graph) cannot stand for the eager code, by its
+    ops (a random op would draw anew, a mutating one write the caller's tensors), or None."""
+    random = sorted({str(t) for t in _ops(gm) if torch.Tag.nondeterministic_seeded in t.tags})
+    if random:
+        return (f"random op in the forward ({', '.join(random)}): the graph would recompute it "
+                "with new random numbers")
+    mutating = sorted({str(t) for t in _ops(gm) if t._schema.is_mutable})
+    if mutating:
+        return f"the function mutates its inputs ({', '.join(mutating)})"
+    return None
+
+
 CHECK_SEED = 0
 
 

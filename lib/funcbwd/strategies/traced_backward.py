@@ -89,8 +89,6 @@ compile), :attr:`TracedBackward.trace_count` how many signatures were traced.
 from __future__ import annotations
 
 import collections
-import copy
-import math
 import threading
 import time
 import warnings
@@ -98,25 +96,22 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.func
-import torch.fx
 from torch.utils import _pytree as pytree
 
 from funcbwd import internals
 from funcbwd.errors import first_line
-from funcbwd.fx import codegen, elide, fallback_free, forward_graph
+from funcbwd.fx import forward_graph
 from funcbwd.fx.forward_graph import ForwardGraph
-from funcbwd.fx.formula_graphs import bindings_equivalent, flatten_args, positional_key, tensor_spec
-from funcbwd.fx.joint import (CHECK_SEED, JointCall, JointGraph, Passthrough, Refused,  # noqa: F401
-                              _tensor_positions, check_graph, check_inputs, compare, flatten,
-                              forward_function, function_key, joint_function, joint_with_outputs,
-                              reduced_to, reshape_views, tensor_leaves, trace_backward, trace_joint)
-from funcbwd.fx.select_scatter import rewrite_select_scatter
-from funcbwd.batching import RULES
-from funcbwd.strategies import provenance
+from funcbwd.fx.formula_graphs import flatten_args, positional_key
+# re-exported for the tests and studies that reach them through this module
+from funcbwd.fx.joint import (JointCall, JointGraph, Passthrough, Refused,  # noqa: F401
+                              flatten, forward_function, function_key, joint_function,
+                              joint_with_outputs, reduced_to, refusal, tensor_leaves,
+                              trace_backward, trace_joint)
+from funcbwd.strategies import cost_gate, provenance
 from funcbwd.strategies.base import Strategy
+from funcbwd.strategies.joint_build import GRAPH, UNELIDED, build  # noqa: F401
 
-GRAPH = "traced backward graph ran"
-UNELIDED = "traced backward graph ran (un-elided: the elided graph failed the check)"
 FALLBACK = "no graph: vjp_fn functionalized as whole does"
 PLAIN = "vjp_fn ran as written (no vmap level)"
 PASSTHROUGH = "torch's backward ran as is (no per-sample fallback to remove)"
@@ -127,148 +122,12 @@ INSTALL = ("fallback", "always")
 CACHE_SIZE = 256
 
 
-# ------------------------------------------------------------------------------ refusals and the check
-def _ops(gm: torch.fx.GraphModule) -> list[torch._ops.OpOverload]:
-    return [n.target for n in gm.graph.nodes
-            if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
-
-
-def refusal(gm: torch.fx.GraphModule) -> str | None:
-    """Why a traced joint graph cannot stand for the eager vjp, by its ops, or None."""
-    random = sorted({str(t) for t in _ops(gm) if torch.Tag.nondeterministic_seeded in t.tags})
-    if random:
-        return (f"random op in the forward ({', '.join(random)}): the graph would recompute it "
-                "with new random numbers")
-    mutating = sorted({str(t) for t in _ops(gm) if t._schema.is_mutable})
-    if mutating:
-        return f"the function mutates its inputs ({', '.join(mutating)})"
-    return None
-
-
-# ------------------------------------------------------------------------------ one signature
-def build(call: JointCall, check: bool = True, decompose: bool = True) -> JointGraph | Refused:
-    """:func:`_build` outside every transform: the elision pass runs ops on the trace's fake
-    tensors, which under a jvp level (vmapjvpvjp) corrupts the dispatch TLS on torch 2.13."""
-    full = (*call.flat, *call.outputs)
-    specs = [tensor_spec(a) if isinstance(a, torch.Tensor) else a for a in full]  # logical, read here
-    with internals.cleared_functorch_state():
-        return _build(call, specs, check, decompose)
-
-
-def _build(call: JointCall, logical: Sequence[Any], check: bool = True, decompose: bool = True
-           ) -> JointGraph | Refused:
-    """Trace ``call.traced`` for ``call.flat``'s signature (:func:`trace_joint`), make the
-    forward's outputs graph inputs, refuse it (:func:`refusal`), decompose the nodes that fall
-    back under vmap (unless ``decompose`` is False), elide copies and rewrite ``select_scatter``
-    on a copy, check (unless ``check`` is False) and compile the graph that runs."""
-    flat, n_out = call.flat, len(call.outputs)
-    try:
-        traced = trace_joint(call.traced, flat)
-    except Exception as e:  # noqa: BLE001 - untraceable: the fallback says why
-        return Refused(f"untraceable: {type(e).__name__}: {first_line(str(e), 160)}")
-    fallback_free.forward_outputs_as_inputs(traced, n_out)
-    why = refusal(traced)  # on what runs: a random op the backward no longer needs is not drawn
-    if why:
-        return Refused(why)
-    full = (*flat, *call.outputs)
-    tpos = _tensor_positions(full)
-    specs = [logical[p] for p in tpos]
-    report = fallback_free.FallbackReport(probe="decomposition off")
-    if decompose:
-        sample = check_inputs(full)
-        batched = [call.batched[p] if p < len(call.batched) else False for p in tpos]
-        traced, report = fallback_free.decompose_fallbacks(traced, [sample[p] for p in tpos], batched)
-    elided = copy.deepcopy(traced)
-    elision = elide.elide_copies(elided)  # first: it sees select_scatter's src as read for values
-    rewrites = rewrite_select_scatter(elided)
-    rewrite_select_scatter(traced)
-    forward = call.forward
-
-    tried = []
-    for gm, is_elided in ((elided, True), (traced, False))[: 2 if elision.count else 1]:
-        # bindings checked before the view rewrite: aten.reshape has one overload, so its binding
-        # binds it, but re-tracing the binding records the view it decomposes to
-        bindings = bindings_equivalent(gm, specs)
-        reshaped = reshape_views(gm)
-        run = codegen.compile_graph(gm, tpos, "traced_backward", bindings)
-        ok, detail = (check_graph(lambda ins, run=run: run([*ins, *forward(*ins)]), call.joint, flat)
-                      if check else (True, "not checked"))
-        tried.append(detail)
-        if ok:
-            nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
-            text = (f"{nodes} ops, {elision.count if is_elided else 0} copies elided"
-                    + (f", {rewrites} select_scatter rewritten" if rewrites else "")
-                    + (f", {reshaped} views as reshape" if reshaped else "")
-                    + f"; {report.text()}; {detail}")
-            final = fallback_free.final_report(report, gm, RULES)
-            text = text.replace(report.text(), final.text())
-            needs = any(n.op == "call_function" and fallback_free.op_name(n.target) in RULES
-                        for n in gm.graph.nodes)
-            return JointGraph(gm, run, GRAPH if is_elided else UNELIDED, text, final, needs)
-    return Refused("graph check failed: " + "; un-elided: ".join(tried))
-
-
-#: the cost gate (``cost_gate=True``): a graph runs only where, timed at the first call of its
-#: signature (:func:`_timed_pair`), it costs at most this share of what it replaces (torch's
-#: backward, or the forward as written, with vmap's per-sample fallback): a graph's path pays a
-#: signature key per call that a passthrough does not
-GATE_MARGIN = 0.9
-#: interleaved rounds of that timing (the best of each side kept)
-GATE_ROUNDS = 5
-
-
-def _timed_pair(graph: Callable[[], Any], eager: Callable[[], Any]) -> tuple[float, float] | None:
-    """(graph, eager) thread-CPU seconds, the best of :data:`GATE_ROUNDS` interleaved rounds (a
-    slow moment of the machine hits both), or None if either raises."""
-    best = [math.inf, math.inf]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            for _ in range(GATE_ROUNDS):
-                for i, arm in enumerate((graph, eager)):
-                    start = time.thread_time()
-                    arm()
-                    best[i] = min(best[i], time.thread_time() - start)
-        except Exception:  # noqa: BLE001 - no comparison: the graph runs
-            return None
-    return best[0], best[1]
-
-
-def _slower(hit: JointGraph, run: Callable, full: Sequence[Any], vjp_fn: Callable,
-            cotangents: Any) -> str:
-    """Why torch's backward (with vmap's fallback) should run instead of the graph: the graph
-    costs more than :data:`GATE_MARGIN` times it (:func:`_timed_pair`, no grad); '' when the
-    graph is that cheap (it runs)."""
-    with torch.no_grad():
-        times = _timed_pair(lambda: run(full), lambda: vjp_fn(cotangents))
-    if times is None or times[0] <= GATE_MARGIN * times[1]:
-        return ""
-    ops = sum(1 for n in hit.graph.graph.nodes if n.op == "call_function")
-    return (f"the graph ({ops} ops) costs more than {GATE_MARGIN}x torch's backward with its "
-            f"per-sample fallback at the first call ({times[0] * 1e6:.0f} us vs "
-            f"{times[1] * 1e6:.0f} us)")
-
-
-def _forward_slower(hit: ForwardGraph, fn: Callable, primals: tuple, inputs: tuple) -> str:
-    """Why the forward should run as written: the vjp through its graph (forward and backward,
-    ones as cotangents, under the call's vmap) costs more than :data:`GATE_MARGIN` times the vjp
-    of ``fn`` with its per-sample fallback (:func:`_timed_pair`); '' when it is that cheap. The
-    graph has no random or mutating op, so the extra runs change nothing."""
-    def vjp_of(f: Callable) -> Callable[[], Any]:
-        def run() -> Any:
-            out, back = torch.func.vjp(lambda *p: f(*p, *inputs), *primals)
-            return back(pytree.tree_map(torch.ones_like, out))
-        return run
-
-    times = _timed_pair(vjp_of(hit.function), vjp_of(fn))
-    if times is None or times[0] <= GATE_MARGIN * times[1]:
-        return ""
-    return (f"the vjp through the forward graph costs more than {GATE_MARGIN}x fn's with its "
-            f"per-sample fallback at the first call ({times[0] * 1e6:.0f} us vs "
-            f"{times[1] * 1e6:.0f} us)")
-
-
 batched_here = internals.batched_here
+
+
+def _bound(fn: Callable, inputs: tuple) -> Callable:
+    """``fn`` with ``inputs`` appended to its arguments (what ``vjp`` differentiates)."""
+    return lambda *p: fn(*p, *inputs)
 
 
 class _Other:
@@ -300,7 +159,7 @@ class TracedBackward(Strategy):
         #: False only to show what the decomposition pass removes (tests, the study's mutation)
         self.decompose = decompose
         #: True: a graph slower than torch's backward with its fallback, timed once at the first
-        #: call of its signature (:func:`_slower`), is not used (torch's backward runs). Off by
+        #: call of its signature (:mod:`funcbwd.strategies.cost_gate`), is not used (torch's backward runs). Off by
         #: default: the choice then depends on a timing (the sweep's verdicts must not); the
         #: fallback-speedup study turns it on
         self.cost_gate = cost_gate
@@ -308,6 +167,8 @@ class TracedBackward(Strategy):
         self._cache: collections.OrderedDict[tuple, JointGraph | Refused | Passthrough] = \
             collections.OrderedDict()
         self._passthrough: dict[tuple, Passthrough] = {}
+        #: (id of a function object, its tensors' batching) -> (the object, its Passthrough)
+        self._fast: dict[tuple, tuple[Any, Passthrough]] = {}
         #: the forward stage: signature -> its ForwardGraph, or why the forward runs as written
         self._forwards: dict[tuple, ForwardGraph | str | Refused] = {}
         #: forward signatures whose forward graph's backward runs as is (no backward graph)
@@ -330,12 +191,19 @@ class TracedBackward(Strategy):
                 pass
         return hit
 
-    def _store_passthrough(self, key: tuple, hit: Passthrough) -> None:
+    def _store_passthrough(self, key: tuple, hit: Passthrough, fast: tuple | None = None,
+                           fn: Any = None) -> None:
         """A forward signature whose backward runs as is: a plain dict read once per call
-        (emptied when it holds :data:`CACHE_SIZE`; a miss only probes again)."""
+        (emptied when it holds :data:`CACHE_SIZE`; a miss only probes again); with ``fast``, also
+        under the function object's id and its tensors' batching (the next call of this very
+        object skips even the key)."""
         if len(self._passthrough) >= CACHE_SIZE:
             self._passthrough.clear()
         self._passthrough[key] = hit
+        if fast is not None:
+            if len(self._fast) >= CACHE_SIZE:
+                self._fast.clear()
+            self._fast[fast] = (fn, hit)  # the object kept: its id is not reused meanwhile
 
     def _store(self, key: tuple, hit: Any) -> None:
         self._cache[key] = hit
@@ -382,7 +250,7 @@ class TracedBackward(Strategy):
                 hit = forward_graph.build(fn, primals, inputs, batched)
                 self.trace_seconds.append(time.perf_counter() - start)
             if isinstance(hit, ForwardGraph) and self.cost_gate:
-                slower = _forward_slower(hit, fn, primals, inputs)
+                slower = cost_gate.forward_slower(hit, fn, primals, inputs)
                 if slower:
                     hit = Refused(slower)
         with self._lock:
@@ -410,6 +278,7 @@ class TracedBackward(Strategy):
         with self._lock:
             self._cache.clear()
             self._passthrough.clear()
+            self._fast.clear()
             self._forwards.clear()
             self._graph_plain.clear()
             self._as_written.clear()
@@ -418,6 +287,20 @@ class TracedBackward(Strategy):
         """``(out, vjp_fn)`` of ``fn(*primals, *inputs)`` with respect to ``primals`` (``inputs``:
         tensors and constants ``fn`` reads but is not differentiated for, e.g. indices)."""
         inputs = tuple(inputs)
+        try:  # the fastest path: this very function object, its tensors batched as before
+            fast: tuple | None = (id(fn), *map(batched_here, primals), *map(batched_here, inputs))
+        except TypeError:  # a primal or input that is not a tensor: the keyed path only
+            fast = None
+        else:
+            seen = self._fast.get(fast)
+            if seen is not None and seen[0] is fn:
+                provenance.record(self.name, PASSTHROUGH, False, seen[1].reason)
+                return torch.func.vjp(_bound(fn, inputs) if inputs else fn, *primals)
+        return self._vjp(fn, primals, inputs, fast)
+
+    def _vjp(self, fn: Callable, primals: tuple, inputs: tuple, fast: tuple | None):
+        """:meth:`vjp` past its fastest path (a separate frame: the closures below cost every
+        call that builds them, not the fast one)."""
         f_key = function_key(fn)
         # a function whose backward ran under vmap without falling back (or ran cheaper than its
         # graph), for these primals' and inputs' ranks and dtypes: torch's own vjp_fn is returned
@@ -427,6 +310,8 @@ class TracedBackward(Strategy):
                             else _Other for t in (*primals, *inputs)])
         known = self._passthrough.get(fwd_key)
         if known is not None:
+            if fast is not None:
+                self._store_passthrough(fwd_key, known, fast, fn)
             out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
             provenance.record(self.name, PASSTHROUGH, False, known.reason)
             return out, vjp_fn
@@ -490,7 +375,7 @@ class TracedBackward(Strategy):
                     with self._lock:
                         self._store(key, Passthrough())
                         if coarse:
-                            self._store_passthrough(fwd_key, Passthrough())
+                            self._store_passthrough(fwd_key, Passthrough(), fast, fn)
                         elif len(self._graph_plain) < CACHE_SIZE:
                             self._graph_plain.add(fsig)
                     provenance.record(self.name, PASSTHROUGH, False, Passthrough().reason)
@@ -505,12 +390,12 @@ class TracedBackward(Strategy):
                     forward_function(fn, p_spec, n_p, i_spec, n_i), flat, outputs,
                     tuple(isinstance(t, torch.Tensor) and internals.is_batched(t) for t in full)))
                 if isinstance(hit, JointGraph) and self.cost_gate and "hit the vmap fallback" in why:
-                    slower = _slower(hit, self._runner(hit), full, vjp_fn, cotangents)
+                    slower = cost_gate.graph_slower(hit, self._runner(hit), full, vjp_fn, cotangents)
                     if slower:  # the fallback is cheaper than the graph here: torch's backward
                         with self._lock:  # decided at this call's batch size, kept for the signature
                             self._store(key, Passthrough(slower))
                             if coarse:
-                                self._store_passthrough(fwd_key, Passthrough(slower))
+                                self._store_passthrough(fwd_key, Passthrough(slower), fast, fn)
                         provenance.record(self.name, PASSTHROUGH, False, slower)
                         return vjp_fn(cotangents)
             if isinstance(hit, Refused):
