@@ -3,8 +3,9 @@
 After the copy elision (:mod:`funcbwd.fx.elide`), :func:`funcbwd.fx.formula_graphs.build` runs
 :data:`PASSES` in order on the decorator's graphs: common subexpressions merged
 (:mod:`funcbwd.fx.cse`), scatters into a fresh factory rebuilt as ``cat`` / ``stack`` /
-``*_backward`` (:mod:`funcbwd.fx.fresh_scatter`), reads of fresh factories folded
-(:mod:`funcbwd.fx.fresh`). Each pass runs on a copy of the graph so far; the copy is compared with
+``*_backward`` (:mod:`funcbwd.fx.fresh_scatter`), what is left of chains of writes at constant
+positions rebuilt as one gather, their read-backs as views of what was written
+(:mod:`funcbwd.fx.gather`), reads of fresh factories folded (:mod:`funcbwd.fx.fresh`). Each pass runs on a copy of the graph so far; the copy is compared with
 the un-elided graph on the seeded inputs of the signature (the same check as the elision: values,
 NaN-equal and exact, shapes, dtypes, strides). A pass whose copy differs (or raises) is dropped
 with its reason, and the next pass starts from the graph before it: a refused pass costs only

@@ -25,10 +25,12 @@ Contract:
   :func:`funcbwd.fx.elide.elide_copies`, checked once against the un-elided graph on seeded inputs
   (random ops drawn alike; a refused elision keeps the un-elided graph), then the graph passes of
   :mod:`funcbwd.fx.passes` (common subexpressions, writes into a fresh factory as ``cat`` /
-  ``stack`` / ``*_backward``, reads of fresh factories folded), each checked the same way and
-  dropped alone if it differs, compiled to plain Python
+  ``stack`` / ``*_backward``, chains of writes at constant positions as one gather, reads of
+  fresh factories folded), each checked the same way and dropped alone if it differs, compiled
+  to plain Python
   (:mod:`funcbwd.fx.codegen`) and cached (:mod:`funcbwd.tool.cache`: LRU, ``maxsize`` signatures,
-  thread-safe; ``wrapper.cache_info()``, ``wrapper.cache_clear()``).
+  thread-safe; ``wrapper.cache_info()``, ``wrapper.cache_clear()``). A call with positional
+  tensors and scalars whose graph is cached takes a fast path (one key, one dict read).
 * **Eager semantics**: a function that mutates its inputs still does (functionalization writes the
   result back with ``copy_``); random ops draw anew on every call and follow ``vmap``'s
   ``randomness=``; the graph computes what ``fn`` computes (same ops, same order).
@@ -41,7 +43,7 @@ Contract:
 * **Untraceable ``fn``** (``.item()``, a Python branch on a tensor, ``nonzero``: data-dependent)
   warns once (:class:`FunctionalizeFallbackWarning`, with the reason) and runs at call time: with
   a vmap level active, as written under :func:`funcbwd.vmap`'s in-place mode
-  (:mod:`funcbwd.tool.inplace`), else as ``torch.func.functionalize(fn)``, else as written;
+  (:mod:`funcbwd.tool.inplace`; later calls of the signature replay what the mode did), else as ``torch.func.functionalize(fn)``, else as written;
   without a vmap level, as written (eager in-place is differentiable under grad/vjp/jvp/jacrev).
   ``.item()`` on a batched tensor fails under vmap in any case (torch).
 * **A graph torch refuses to run** where the code as written runs (a write into a tensor captured

@@ -277,9 +277,11 @@ def measure_op(name: str, batches: Sequence[int] = DEFAULT_BATCHES, repeats: int
             refused = [e.detail for e in t["events"] if not e.ran and e.mechanism == FALLBACK]
             passthrough = [e.detail for e in t["events"] if e.mechanism == PASSTHROUGH]
             graphs = [h for h in traced.cached() if isinstance(h, JointGraph)]
-            report = graphs[0].fallbacks if graphs else None
+            # the reports of what runs from the second call on (a first call's backward graph
+            # that the forward stage then made needless is not one)
+            report = graphs[0].fallbacks if graphs and graph else None
             fwd = next((h.report for h in traced.cached_forwards() if isinstance(h, ForwardGraph)),
-                       None)
+                       None) if forward else None
             row.update(status="measured", sample=i, in_dims=list(in_dims), entries=p.entries_kind,
                        builtin_fallback_ops=b["fallback_ops"], traced_fallback_ops=t["fallback_ops"],
                        graph_ran=(bool(graph) and not refused and not passthrough) or bool(forward),

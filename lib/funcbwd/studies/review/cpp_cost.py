@@ -203,7 +203,7 @@ def _traced(bench: Mapping[str, Any] | None, live: Mapping[str, Any] | None) -> 
 
 
 def _traced_nodes(fallback: Mapping[str, Any] | None) -> Estimate:
-    figure = "batched, traced graph of torch's own backward vs builtin"
+    figure = "batched, traced graphs of torch's own backward (or of the forward) vs builtin"
     if fallback is None:
         return Estimate("traced", figure, None, "x", "no saved fallback-speedup result", (), "")
     s = fallback["summary"]
@@ -214,7 +214,8 @@ def _traced_nodes(fallback: Mapping[str, Any] | None) -> Estimate:
         f"slow fallback (data/{FILES['fallback']}{_at_batch(s)}); slower on "
         f"{s['slower']}, worst {inv(s['worst']['speedup']):.2f}x ({s['worst']['op']}); the "
         f"{s['target']:g}x speedup target: {_verdict(s)} ({s['at_least_target']} ops at it)",
-        ("the graph (make_fx of the functionalized backward, copies elided) runs from Python "
+        ("the graphs (make_fx of the functionalized backward, copies elided; where the forward "
+         "falls back instead, of the forward, its fallback ops decomposed) run from Python "
          "calling ATen: a C++ replay pays no Python per op, so the figure bounds it from above",
          "only ops where builtin falls back: builtin's time includes its per-sample loop"),
         "a C++ replay of the same graphs slower than builtin at the median",
