@@ -15,6 +15,7 @@ from torch.func import hessian, jacfwd, jacrev, vjp, vmap
 import funcbwd
 from funcbwd.errors import BadInputError
 from funcbwd.fx import formula_graphs as FG
+from funcbwd.fx.elide import count_targets
 from funcbwd.tool import core as tool
 
 
@@ -273,3 +274,61 @@ def test_evicted_graphs_leave_no_source_in_torch_fx(monkeypatch):
 
     monkeypatch.setattr(internals, "fx_sources_dropped", contextlib.nullcontext)
     assert grows(20) >= 4
+
+
+# ------------------------------------------------------------------------------ boolean masks
+def sqrt_positive(x):  # pytorch3d's _sqrt_positive_part: a read and a write through one mask
+    ret = torch.zeros_like(x)
+    positive = x > 0
+    ret[positive] = torch.sqrt(x[positive])
+    return ret
+
+
+def _sqrt_positive_loop(xs):
+    return torch.stack([jacrev(sqrt_positive)(x) for x in xs])
+
+
+def _untraceable_reasons(wrapper):
+    return [e.reason for e in wrapper.functionalizer.cache.values()
+            if isinstance(e, tool.Untraceable)]
+
+
+def test_a_boolean_mask_traces_with_the_mask_as_where():
+    # x[mask] has a data-dependent shape: untraceable as written; traced again with every mask
+    # index as where (the in-place mode's mask rules), checked against the code as written
+    xs = torch.randn(4, 6)
+    with pytest.raises(Exception, match=tool._MASK_SHAPES):
+        FG.build(sqrt_positive, (xs[0],))
+    w = funcbwd.functionalized(sqrt_positive, warn=False)
+    torch.testing.assert_close(vmap(jacrev(w))(xs), _sqrt_positive_loop(xs))
+    (entry,) = funcbwd.tool.functionalized.entries(w)
+    assert "masks as where" in entry.label and not _untraceable_reasons(w)
+    assert count_targets(entry.graph, (torch.ops.aten.where.self,)) >= 1
+
+
+def test_mutation_a_wrong_mask_rewrite_in_the_trace_is_refused(monkeypatch):
+    from funcbwd.tool import masks
+
+    real = masks.MaskRules._setitem
+
+    def swapped(self, func, t, index, value):  # the trace's where with its branches swapped
+        if not self.dense_masks:
+            return real(self, func, t, index, value)
+        view, m = self._region(t, *self._bool_mask(index))
+        view.copy_(torch.where(m, view, value))
+        return None
+
+    monkeypatch.setattr(masks.MaskRules, "_setitem", swapped)
+    xs = torch.randn(4, 6)
+    w = funcbwd.functionalized(sqrt_positive, warn=False)
+    torch.testing.assert_close(vmap(jacrev(w))(xs), _sqrt_positive_loop(xs))  # as written
+    (reason,) = _untraceable_reasons(w)
+    assert "with masks as where" in reason and "values differ" in reason
+    # the mutation is live: unchecked, the swapped graph computes something else
+    from funcbwd.tool.inplace import InplaceMode
+
+    def dense(x):
+        with InplaceMode(dense_masks=True):
+            return sqrt_positive(x)
+    graph = FG.build(dense, (xs[0],))
+    assert not torch.equal(graph.run((xs[0],)), sqrt_positive(xs[0]))

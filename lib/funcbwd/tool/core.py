@@ -112,6 +112,8 @@ class Functionalizer:
                 raise FuncbwdError(self._refusal(
                     f"torch.compile's machinery raised while tracing: {type(e).__name__}")) from e
             entry = Untraceable(f"{type(e).__name__}: {first_line(str(e))}")
+            if _MASK_SHAPES in str(e):
+                entry = _with_dense_masks(formula, args, self.name, entry)
         if self.observer is not None:
             self.observer(TRACED, entry)
         return entry
@@ -175,6 +177,53 @@ _GRAPH_LIMITS = (
     "RegisterFunctionalization",  # a captured tensor written, under forward AD (INTERNAL ASSERT)
     "same randomness with a batched tensor input",  # a functionalized random op, randomness="same"
 )
+
+
+#: what tracing ``x[mask]`` / ``t[mask] = v`` raises (a data-dependent output shape)
+_MASK_SHAPES = "output shape depends on"
+
+
+def _with_dense_masks(formula: Callable[..., Any], args: tuple, name: str,
+                      untraceable: Untraceable) -> Any:
+    """The graph of ``formula`` traced with every boolean mask index as ``where`` (the in-place
+    mode's mask rules, :class:`funcbwd.tool.inplace.InplaceMode` with ``dense_masks``: ``x[mask]``
+    carried densely through elementwise ops into ``t[mask] = ...``), kept only if it computes
+    what ``formula`` computes as written on seeded inputs (:func:`_differs_as_written`); else
+    ``untraceable`` with both reasons."""
+    from funcbwd.tool.inplace import InplaceMode
+
+    def dense(*a: Any) -> Any:
+        with InplaceMode(dense_masks=True):
+            return formula(*a)
+
+    try:
+        entry = build(dense, args, name=f"{name} (masks as where)", optimize=True)
+        why = _differs_as_written(entry, formula, args)
+    except Exception as e:  # noqa: BLE001 - still untraceable (a selection reached a reduction)
+        why = f"{type(e).__name__}: {first_line(str(e), 120)}"
+    if why:
+        return Untraceable(f"{untraceable.reason}; with masks as where: {why}")
+    return entry
+
+
+def _differs_as_written(entry: Any, formula: Callable[..., Any], args: tuple) -> str:
+    """'' if ``entry``'s graph and ``formula`` as written agree (values exact, NaN-equal;
+    shapes, dtypes, strides) on seeded inputs of ``args``' signature, outside every transform,
+    else the difference (the mask rules' where is checked against the eager boolean index)."""
+    from funcbwd.fx.formula_graphs import check_inputs, compare_outputs, tensor_positions
+
+    with internals.cleared_functorch_state(), torch.no_grad():
+        positions = tensor_positions(args)
+        seeded = check_inputs([args[p] for p in positions], seed=1)
+        runs = []
+        for run in (lambda a: formula(*a), entry.run):
+            full = list(args)
+            for p, t in zip(positions, seeded):
+                full[p] = t.clone()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(1)
+                runs.append(run(tuple(full)))
+    return compare_outputs(runs[0], runs[1])
 
 
 def _under_inplace_mode(owner: Any, formula: Callable[..., Any], args: tuple) -> Any:

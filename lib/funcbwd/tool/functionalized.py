@@ -40,12 +40,17 @@ Contract:
   mode and returns the same values. A trace failure caused by the environment (dynamo's machinery
   raised, or a trace started while dynamo traces) is never cached: one ``FuncbwdError`` line, and
   the next call traces again.
-* **Untraceable ``fn``** (``.item()``, a Python branch on a tensor, ``nonzero``: data-dependent)
-  warns once (:class:`FunctionalizeFallbackWarning`, with the reason) and runs at call time: with
-  a vmap level active, as written under :func:`funcbwd.vmap`'s in-place mode
-  (:mod:`funcbwd.tool.inplace`; later calls of the signature replay what the mode did), else as ``torch.func.functionalize(fn)``, else as written;
-  without a vmap level, as written (eager in-place is differentiable under grad/vjp/jvp/jacrev).
-  ``.item()`` on a batched tensor fails under vmap in any case (torch).
+* **Boolean masks** (``x[mask]``, ``t[mask] = v``: a data-dependent shape no trace records) are
+  traced again with every mask index as ``where`` (the in-place mode's mask rules: ``x[mask]``
+  carried densely through elementwise ops into ``t[mask] = ...``); that graph is kept only if it
+  computes what ``fn`` as written computes on seeded inputs (values exact, strides).
+* **Untraceable ``fn``** (``.item()``, a Python branch on a tensor, ``nonzero``, a mask selection
+  reaching a reduction: data-dependent) warns once (:class:`FunctionalizeFallbackWarning`, with
+  the reason) and runs at call time: with a vmap level active, as written under
+  :func:`funcbwd.vmap`'s in-place mode (:mod:`funcbwd.tool.inplace`; later calls of the
+  signature replay what the mode did), else as ``torch.func.functionalize(fn)``, else as
+  written; without a vmap level, as written (eager in-place is differentiable under
+  grad/vjp/jvp/jacrev). ``.item()`` on a batched tensor fails under vmap in any case (torch).
 * **A graph torch refuses to run** where the code as written runs (a write into a tensor captured
   from outside under forward AD: torch's functionalization asserts; a functionalized random op on
   a batched tensor with ``randomness="same"``): that call runs as written (under the in-place

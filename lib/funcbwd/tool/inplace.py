@@ -122,14 +122,17 @@ def _forget(nodes: dict, key: int, ref: weakref.ref) -> None:
 class InplaceMode(MaskRules, TorchFunctionMode):
     """See the module docstring. One instance per call of the function it runs."""
 
-    def __init__(self, isolated: bool = False, on_copy: bool = False) -> None:
+    def __init__(self, isolated: bool = False, on_copy: bool = False,
+                 dense_masks: bool = False) -> None:
         """``isolated``: refuse any in-place write into a tensor not made in the call (the
         per-sample loop's mode: one entry must not see another's writes). ``on_copy``: every
         write into a fresh tensor goes into a copy of it, which then takes the tensor's place
-        (:meth:`_write_on_copy`)."""
+        (:meth:`_write_on_copy`). ``dense_masks``: every boolean mask index runs as ``where``,
+        batched or not (the decorator's trace: ``x[mask]``'s shape cannot be traced)."""
         super().__init__()
         self.isolated = isolated
         self.on_copy = on_copy
+        self.dense_masks = dense_masks
         self.nodes: dict[int, _Node] = {}
         self.selections: dict[int, tuple[weakref.ref, tuple]] = {}  # id(dense) -> (mask, rest)
         self.stale = 0  # views waiting to be re-derived after a promotion

@@ -66,7 +66,8 @@ _HARMLESS = {"dtype", "device", "requires_grad", "is_floating_point", "is_comple
 
 class MaskRules:
     """The mask half of the in-place mode (needs ``_maybe_promote``, ``_select``,
-    ``_selection``, ``provenance`` from :class:`~funcbwd.tool.inplace.InplaceMode`)."""
+    ``_selection``, ``provenance``, ``dense_masks`` from
+    :class:`~funcbwd.tool.inplace.InplaceMode`)."""
 
     def _mask_provenance(self, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
         """Remember how a boolean tensor was computed, so that ``~m`` computed twice selects the
@@ -103,7 +104,7 @@ class MaskRules:
 
     def _masked_getitem(self, x: torch.Tensor, index: Any) -> torch.Tensor | None:
         found = self._bool_mask(index)
-        if found is None or not internals.vmap_levels(found[0]):
+        if found is None or not (self.dense_masks or internals.vmap_levels(found[0])):
             return None
         view, m = self._region(x, *found)
         m = m.expand(view.shape)
@@ -136,7 +137,8 @@ class MaskRules:
     def _setitem(self, func, t: torch.Tensor, index: Any, value: Any):
         found = self._bool_mask(index)
         selection = self._selection(value)
-        if found is not None and (selection is not None or internals.vmap_levels(found[0])):
+        if found is not None and (selection is not None or self.dense_masks
+                                  or internals.vmap_levels(found[0])):
             if selection is not None and not self._same(selection, found):
                 raise InplaceModeError("t[mask] = v with v selected by a different mask: funcbwd "
                                        "cannot align the two selections; use torch.where")

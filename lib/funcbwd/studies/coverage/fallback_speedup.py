@@ -277,8 +277,7 @@ def measure_op(name: str, batches: Sequence[int] = DEFAULT_BATCHES, repeats: int
             refused = [e.detail for e in t["events"] if not e.ran and e.mechanism == FALLBACK]
             passthrough = [e.detail for e in t["events"] if e.mechanism == PASSTHROUGH]
             graphs = [h for h in traced.cached() if isinstance(h, JointGraph)]
-            # the reports of what runs from the second call on (a first call's backward graph
-            # that the forward stage then made needless is not one)
+            # reports of what runs from the second call on (not a first call's needless graph)
             report = graphs[0].fallbacks if graphs and graph else None
             fwd = next((h.report for h in traced.cached_forwards() if isinstance(h, ForwardGraph)),
                        None) if forward else None
