@@ -26,6 +26,7 @@ like the copy elision (:mod:`funcbwd.fx.passes`: values exact, shapes, strides).
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
@@ -81,7 +82,7 @@ class _Grids:
             return None
         fill = fill_of(node)
         fill = None if fill is EMPTY else fill
-        if fill is not None and fill == 0 and not isinstance(fill, bool) or fill is False:
+        if fill is not None and fill == 0 and math.copysign(1.0, fill) > 0:  # not -0.0
             g = torch.zeros(tuple(val.shape), dtype=torch.int64)  # index 0: the zero
         else:
             n = 1 if fill is not None else val.numel()
