@@ -336,5 +336,8 @@ def test_bench_prose_numbers_are_the_saved_runs():
     assert not text.rstrip().endswith("no functional formula is")
     for line in (ROOT / "docs" / "bench.md").read_text().splitlines():
         assert not line.rstrip().endswith(" is"), line
-    assert "1.26x" not in text and "sample runs per strategy" in readme.strategies_markdown(
+    # the stale prose number (handfixed / builtin once quoted as 1.26x beside another figure) is
+    # gone from the hand-written prose; the generated table may measure 1.26x for an op
+    prose = re.sub(r"<!-- bench:begin -->.*<!-- bench:end -->", "", text, flags=re.S)
+    assert "1.26x" not in prose and "sample runs per strategy" in readme.strategies_markdown(
         records.load(MATRIX_FILE))
