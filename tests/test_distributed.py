@@ -178,3 +178,30 @@ def test_bad_arguments_are_named(kwargs, match):
         map_items(slow_square, [1], progress=False, **kwargs)
     with pytest.raises(BadInputError, match="fn must be a callable"):
         map_items("slow_square", [1], workers=0)
+
+
+def _exit_counting(item: str) -> dict:
+    """Dies on "exit", after appending a line to the file named by the item's suffix."""
+    name, _, log = item.partition(":")
+    with open(log, "a") as f:
+        f.write(name + "\n")
+    if name == "exit":
+        os._exit(1)
+    return {"item": name, "status": "pass", "value": len(name)}
+
+
+def test_a_crash_runs_once_with_no_retries_and_an_item_marks_its_start(tmp_path):
+    # the start marker is what tells a crashing item (marked: recorded at once with
+    # crash_retries=0) from an innocent one its worker took down before it started (rerun); a
+    # run_item that marked nothing would rerun the crashing item too
+    from funcbwd.parallel import run_item
+
+    log = tmp_path / "runs.txt"
+    out = map_items(_exit_counting, [f"exit:{log}", f"ok:{log}"], workers=1,
+                    timeout=TIMEOUT_S, progress=False, on_failure=failure_record,
+                    crash_retries=0)
+    assert out[0]["reason"] == "crash" and out[1]["status"] == "pass"
+    assert log.read_text().splitlines().count("exit") == 1
+    mark = tmp_path / "started"
+    assert run_item(misbehave, "raise", str(mark))["message"].startswith("ValueError")
+    assert mark.exists()  # made before the item ran (and raised)

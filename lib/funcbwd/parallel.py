@@ -13,7 +13,9 @@ record, built by the caller's ``on_failure(item, reason, message)`` (default
   worker, so a crashed item is retried ``crash_retries`` times (default 1) on a fresh worker
   before it is recorded; only an item that kills a worker every time is a crash. An item that
   had finished but whose result died with its worker before it was fetched is simply rerun
-  (up to ``MAX_LOST`` times).
+  (up to ``MAX_LOST`` times), and so is an item the dead worker never started (on our own local
+  cluster each item marks a file when it starts: an innocent item assigned to a worker that a
+  neighbour's crash or a timeout's kill took down is not counted as a crash).
 * ``reason="timeout"``: the item ran longer than ``timeout`` seconds (counted from when a
   worker took it; each worker first runs a warmup, by default importing ``fn``'s module, so
   imports are not charged to the first item). Its task is cancelled and
@@ -41,6 +43,7 @@ import importlib
 import logging
 import os
 import sys
+import tempfile
 import time
 import traceback
 from typing import Any, Callable, Iterable, Sequence
@@ -78,9 +81,13 @@ def _call(fn: Callable[[Any], Any], item: Any) -> Any:
         return {_FAILED: True, "message": _describe(e)}
 
 
-def run_item(fn: Callable[[Any], Any], item: Any) -> Any:
+def run_item(fn: Callable[[Any], Any], item: Any, started: str | None = None) -> Any:
     """What a worker runs: :func:`_call` with one torch thread (if ``fn`` uses torch, the
-    worker's first item imports it with ``OMP_NUM_THREADS=1``; later items are pinned here)."""
+    worker's first item imports it with ``OMP_NUM_THREADS=1``; later items are pinned here).
+    ``started``: a file made before the item runs (a worker that dies before it was made did
+    not die of this item)."""
+    if started is not None:
+        open(started, "w").close()
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
     return _call(fn, item)
@@ -222,13 +229,20 @@ def _distributed(fn, items, workers, scheduler, timeout, progress, on_failure, c
     client, cluster = _start(workers, scheduler, cluster_options)
     pending: dict[Any, tuple[int, int]] = {}  # future -> (item index, attempt)
     lost = [0] * len(items)
+    # our own local workers share this directory: an item marks it when it starts, so a worker
+    # dying before an item started (assigned, or its neighbour crashed) is not that item's crash
+    marks = tempfile.TemporaryDirectory(prefix="funcbwd-started-") if cluster is not None else None
     try:
         if warmup is not None:
             client.register_plugin(Warmup(warmup), name=WARMUP_PLUGIN)
 
+        def started(fut: Any) -> str | None:
+            return None if marks is None else os.path.join(marks.name, fut.key)
+
         def submit(index: int, attempt: int) -> None:
-            fut = client.submit(run_item, fn, items[index], pure=False,
-                                key=f"funcbwd-item-{index}-{attempt}-{os.urandom(4).hex()}")
+            key = f"funcbwd-item-{index}-{attempt}-{os.urandom(4).hex()}"
+            mark = None if marks is None else os.path.join(marks.name, key)
+            fut = client.submit(run_item, fn, items[index], mark, pure=False, key=key)
             pending[fut] = (index, attempt)
 
         def finish(index: int, value: Any, failed: bool) -> None:
@@ -263,6 +277,11 @@ def _distributed(fn, items, workers, scheduler, timeout, progress, on_failure, c
                 elif fut.status == "error":
                     exc = fut.exception()
                     if isinstance(exc, KilledWorker):
+                        mark = started(fut)
+                        if mark is not None and not os.path.exists(mark) and lost[index] < MAX_LOST:
+                            lost[index] += 1  # it never started: not its crash, run it again
+                            submit(index, attempt)
+                            continue
                         if attempt < crash_retries:
                             submit(index, attempt + 1)
                             continue
@@ -296,6 +315,8 @@ def _distributed(fn, items, workers, scheduler, timeout, progress, on_failure, c
         finally:
             if cluster is not None:
                 cluster.close()
+            if marks is not None:
+                marks.cleanup()
     return results
 
 
