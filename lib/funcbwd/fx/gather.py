@@ -34,6 +34,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from funcbwd import internals
 from funcbwd.fx.elide import _emit, _materialize, _meta, output_nodes
 from funcbwd.fx.fresh import EMPTY, fill_of
 
@@ -212,8 +213,7 @@ def _rebuild(gm: torch.fx.GraphModule, grids: _Grids, exit_: torch.fx.Node, name
         return _emit(graph, aten.view.default, (buf, list(val.shape)))  # the pieces in order
     gm.register_buffer(name, index)
     idx = graph.get_attr(name)
-    fake = _meta(buf)
-    idx.meta["val"] = fake.fake_mode.from_tensor(index) if hasattr(fake, "fake_mode") else index
+    idx.meta["val"] = internals.fake_like(index, _meta(buf))
     picked = _emit(graph, aten.index_select.default, (buf, 0, idx))
     return _emit(graph, aten.view.default, (picked, list(val.shape)))
 

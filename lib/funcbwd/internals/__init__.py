@@ -329,6 +329,14 @@ def fake_trace(fn, *args):
     return make_fx(fn, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
 
 
+def fake_like(real: torch.Tensor, like: Any) -> torch.Tensor:
+    """``real`` as a fake tensor of ``like``'s fake mode (a graph pass's new constant beside the
+    trace's fake values: FakeTensor's ``fake_mode``), or ``real`` itself where ``like`` is not
+    fake. [funcbwd.fx.gather]"""
+    mode = getattr(like, "fake_mode", None)
+    return mode.from_tensor(real) if mode is not None else real
+
+
 # ---------------------------------------------------------------------------- trace helpers (funcbwd.studies.trace.trace)
 def resolve_overload(qualified: str, args: tuple, kwargs: dict) -> str | None:
     """The overload of ``qualified`` (e.g. 'aten::scatter_') a call with these args binds to
