@@ -402,6 +402,19 @@ def _counting(monkeypatch, cls, calls=None):
     return calls
 
 
+def _replaying_no_promotion(monkeypatch):
+    """The mutation: every Replay built from here on promotes nothing; returns the op counter
+    of the full mode (which must then run instead)."""
+    original = replay.Replay.__init__
+
+    def promotes_nothing(self, plan):
+        original(self, plan)
+        self.promoted = frozenset()
+
+    monkeypatch.setattr(replay.Replay, "__init__", promotes_nothing)
+    return _counting(monkeypatch, InplaceMode)
+
+
 def test_a_later_call_replays_the_plan_without_the_mode(monkeypatch):
     def f(x):  # a fresh function: nothing remembered yet
         y = torch.zeros(3, 3)
@@ -424,14 +437,7 @@ def test_mutation_a_plan_that_promotes_nothing_is_caught(monkeypatch):
 
     xs = inputs(2)
     funcbwd.vmap(f)(xs)
-    original = replay.Replay.__init__
-
-    def promotes_nothing(self, plan):
-        original(self, plan)
-        self.promoted = frozenset()
-
-    monkeypatch.setattr(replay.Replay, "__init__", promotes_nothing)
-    full = _counting(monkeypatch, InplaceMode)
+    full = _replaying_no_promotion(monkeypatch)
     got = funcbwd.vmap(f)(xs)  # the replay fails as vmap fails; the full mode runs it
     torch.testing.assert_close(got, torch.stack([factory_write(x) for x in xs]))
     assert full  # so the replay test above can fail
@@ -534,14 +540,7 @@ def test_mutation_a_functions_plan_that_promotes_nothing_runs_the_full_mode(monk
     xs, cts = inputs(3), inputs(3) - 1
     oldstyle._PLANS.clear()
     funcbwd.vmap(_vjp_of_writes)(xs, cts)
-    original = replay.Replay.__init__
-
-    def promotes_nothing(self, plan):
-        original(self, plan)
-        self.promoted = frozenset()
-
-    monkeypatch.setattr(replay.Replay, "__init__", promotes_nothing)
-    full = _counting(monkeypatch, InplaceMode)
+    full = _replaying_no_promotion(monkeypatch)
     got = funcbwd.vmap(_vjp_of_writes)(xs, cts)  # each replay fails; the full mode runs it
     torch.testing.assert_close(got, _want_writes(xs, cts))
     assert full  # so the replay test above can fail

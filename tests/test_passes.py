@@ -13,6 +13,11 @@ import funcbwd
 from funcbwd.fx import cse, fresh, fresh_scatter, gather, passes
 from funcbwd.fx.elide import count_targets
 from funcbwd.fx.formula_graphs import ElisionCheck, build, trace_formula
+# the corpus's own re-creations of public code (pytorch3d so3.hat: six element writes into a
+# fresh zeros, two dims deep; kornia pinhole_matrix: writes into a repeated eye)
+from funcbwd.studies.yourcode.cases.kornia import pinhole_matrix as pinhole
+from funcbwd.studies.yourcode.cases.kornia import pinhole_matrix_rewrite as pinhole_rewrite
+from funcbwd.studies.yourcode.cases.pytorch3d import hat, hat_rewrite
 
 aten = torch.ops.aten
 
@@ -77,42 +82,6 @@ def columns(x):
 
 def columns_rewrite(x):
     return torch.cat([torch.zeros(3, 1), x, torch.zeros(3, 2)], dim=1)
-
-
-def hat(v):  # pytorch3d so3.hat: six element writes into a fresh zeros, two dims deep
-    h = torch.zeros(v.shape[0], 3, 3)
-    x, y, z = v.unbind(1)
-    h[:, 0, 1] = -z
-    h[:, 0, 2] = y
-    h[:, 1, 0] = z
-    h[:, 1, 2] = -x
-    h[:, 2, 0] = -y
-    h[:, 2, 1] = x
-    return h
-
-
-def hat_rewrite(v):
-    x, y, z = v.unbind(1)
-    o = torch.zeros_like(x)
-    return torch.stack([o, -z, y, z, o, -x, -y, x, o], dim=-1).reshape(-1, 3, 3)
-
-
-def pinhole(p):  # kornia pinhole_matrix: writes into a repeated eye
-    fx, fy, cx, cy = torch.chunk(p[..., :4], 4, dim=1)
-    k = torch.eye(4) + 1e-6
-    k = k.view(1, 4, 4).repeat(p.shape[0], 1, 1)
-    k[..., 0, 0:1] = fx
-    k[..., 0, 2:3] = cx
-    k[..., 1, 1:2] = fy
-    k[..., 1, 2:3] = cy
-    return k
-
-
-def pinhole_rewrite(p):
-    fx, fy, cx, cy = p[:, :4].unbind(-1)
-    e = torch.full_like(fx, 1e-6)
-    return torch.stack([fx, e, cx, e, e, fy, cy, e, e, e, e + 1, e, e, e, e, e + 1],
-                       dim=-1).view(-1, 4, 4)
 
 
 def recurrence(x):  # a state written row by row and read back (a filter's loop)
@@ -220,14 +189,19 @@ def _broken_cse(gm):
         cse._key = saved
 
 
-def _reversed_cat(gm):
-    """The real rebuild, then each cat/stack's pieces in the wrong order."""
-    n = fresh_scatter.rewrite_fresh_scatters(gm)
-    for node in gm.graph.nodes:
-        if node.target in (aten.cat.default, aten.stack.default):
-            node.args = (list(reversed(node.args[0])), *node.args[1:])
-    gm.recompile()
-    return n
+def _reversed_pieces(rewrite):
+    """The real ``rewrite`` pass, then each cat/stack it left with its pieces in the wrong order."""
+    def broken(gm):
+        n = rewrite(gm)
+        for node in gm.graph.nodes:
+            if node.target in (aten.cat.default, aten.stack.default):
+                node.args = (list(reversed(node.args[0])), *node.args[1:])
+        gm.recompile()
+        return n
+    return broken
+
+
+_reversed_cat = _reversed_pieces(fresh_scatter.rewrite_fresh_scatters)
 
 
 def _wrong_fill(gm):
@@ -279,14 +253,7 @@ def _misread_run(gm):
         gather._run = saved
 
 
-def _misordered(gm):
-    """The real gather with its pieces' cat in the wrong order."""
-    n = gather.gather_moves(gm)
-    for node in gm.graph.nodes:
-        if node.target is aten.cat.default:
-            node.args = (list(reversed(node.args[0])), *node.args[1:])
-    gm.recompile()
-    return n
+_misordered = _reversed_pieces(gather.gather_moves)  # the gather's pieces in the wrong order
 
 
 def readback(x):  # a row read back: the second half of one written piece

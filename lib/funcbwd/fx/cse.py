@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from funcbwd.fx.elide import _is_view, output_nodes
+from funcbwd.fx.elide import _is_view, output_nodes, rewritten
 
 
 def _key(a: Any) -> Any:
@@ -74,7 +74,4 @@ def merge_common_subexpressions(gm: torch.fx.GraphModule) -> int:
         node.replace_all_uses_with(kept)
         graph.erase_node(node)
         count += 1
-    if count:
-        graph.lint()
-        gm.recompile()
-    return count
+    return rewritten(gm, count)

@@ -149,6 +149,17 @@ def reads_storage(node: torch.fx.Node) -> bool:
 
 
 # ------------------------------------------------------------------------------ the pass
+def rewritten(gm: torch.fx.GraphModule, count: int, dead: bool = False) -> int:
+    """``count``, after a pass that rewrote ``gm`` in place: if it replaced anything, the nodes
+    left dead dropped (``dead``), the graph linted and recompiled (every pass's last step)."""
+    if count:
+        if dead:
+            gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return count
+
+
 def _emit(graph: torch.fx.Graph, target, args: tuple, kwargs: dict | None = None) -> torch.fx.Node:
     """Insert ``target(*args)`` with its fake-tensor meta computed from the inputs' metas."""
     kwargs = kwargs or {}

@@ -35,6 +35,7 @@ from torch.utils import _pytree as pytree
 from funcbwd import internals
 from funcbwd.errors import first_line
 from funcbwd.fx import codegen, fallback_free
+from funcbwd.fx.formula_graphs import flatten_args, positional_key
 from funcbwd.fx.joint import (CHECK_SEED, Refused, _tensor_positions, check_inputs, compare, flatten,
                               refusal, reshape_views, trace_joint)
 
@@ -137,8 +138,6 @@ def build(fn: Callable, primals: tuple, inputs: tuple, batched: Sequence[bool]
 
 def signature(f_key: Any, primals: tuple, inputs: tuple) -> tuple:
     """The forward stage's cache key: the function, the leaves' signature and their batching."""
-    from funcbwd.fx.formula_graphs import flatten_args, positional_key
-
     leaves = [*flatten(primals)[0], *flatten(inputs)[0]]
     sig = positional_key(leaves)
     return (f_key, sig if sig is not None else flatten_args(leaves).key,

@@ -22,7 +22,7 @@ import torch
 import torch.fx
 
 from funcbwd.fx.cse import reaches_output
-from funcbwd.fx.elide import _emit, _is_view, _meta, output_nodes, reads_storage
+from funcbwd.fx.elide import _emit, _is_view, _meta, output_nodes, reads_storage, rewritten
 
 aten = torch.ops.aten
 
@@ -106,8 +106,4 @@ def fold_fresh_reads(gm: torch.fx.GraphModule) -> int:
             continue
         node.replace_all_uses_with(new)
         count += 1
-    if count:
-        graph.eliminate_dead_code()
-        graph.lint()
-        gm.recompile()
-    return count
+    return rewritten(gm, count, dead=True)

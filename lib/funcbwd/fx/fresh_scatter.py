@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from funcbwd.fx.elide import _emit, _meta
+from funcbwd.fx.elide import _emit, _meta, rewritten
 from funcbwd.fx.fresh import EMPTY, fill_of, full_like_meta
 
 aten = torch.ops.aten
@@ -201,8 +201,4 @@ def rewrite_fresh_scatters(gm: torch.fx.GraphModule) -> int:
         for old in reversed(chain):
             graph.erase_node(old)
         count += len(chain)
-    if count:
-        graph.eliminate_dead_code()
-        graph.lint()
-        gm.recompile()
-    return count
+    return rewritten(gm, count, dead=True)

@@ -35,7 +35,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from funcbwd import internals
-from funcbwd.fx.elide import _emit, _materialize, _meta, output_nodes
+from funcbwd.fx.elide import _emit, _materialize, _meta, output_nodes, rewritten
 from funcbwd.fx.fresh import EMPTY, fill_of
 
 aten = torch.ops.aten
@@ -240,8 +240,4 @@ def gather_moves(gm: torch.fx.GraphModule) -> int:
             continue
         node.replace_all_uses_with(new, delete_user_cb=lambda u: u not in moves)
         count += 1
-    if count:
-        graph.eliminate_dead_code()
-        graph.lint()
-        gm.recompile()
-    return count
+    return rewritten(gm, count, dead=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from funcbwd.fx.elide import _emit, _meta
+from funcbwd.fx.elide import _emit, _meta, rewritten
 
 aten = torch.ops.aten
 
@@ -61,7 +61,4 @@ def rewrite_select_scatter(gm: torch.fx.GraphModule) -> int:
         node.replace_all_uses_with(new)
         graph.erase_node(node)
         count += 1
-    if count:
-        graph.lint()
-        gm.recompile()
-    return count
+    return rewritten(gm, count)

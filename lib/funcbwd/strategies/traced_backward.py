@@ -127,7 +127,7 @@ batched_here = internals.batched_here
 
 def _bound(fn: Callable, inputs: tuple) -> Callable:
     """``fn`` with ``inputs`` appended to its arguments (what ``vjp`` differentiates)."""
-    return lambda *p: fn(*p, *inputs)
+    return (lambda *p: fn(*p, *inputs)) if inputs else fn
 
 
 class _Other:
@@ -295,7 +295,7 @@ class TracedBackward(Strategy):
             seen = self._fast.get(fast)
             if seen is not None and seen[0] is fn:
                 provenance.record(self.name, PASSTHROUGH, False, seen[1].reason)
-                return torch.func.vjp(_bound(fn, inputs) if inputs else fn, *primals)
+                return torch.func.vjp(_bound(fn, inputs), *primals)
         return self._vjp(fn, primals, inputs, fast)
 
     def _vjp(self, fn: Callable, primals: tuple, inputs: tuple, fast: tuple | None):
@@ -312,7 +312,7 @@ class TracedBackward(Strategy):
         if known is not None:
             if fast is not None:
                 self._store_passthrough(fwd_key, known, fast, fn)
-            out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
+            out, vjp_fn = torch.func.vjp(_bound(fn, inputs), *primals)
             provenance.record(self.name, PASSTHROUGH, False, known.reason)
             return out, vjp_fn
         forward, watch, fsig = None, None, None
@@ -325,15 +325,15 @@ class TracedBackward(Strategy):
             fn, f_key = forward.function, (f_key, "forward graph", id(forward))
             provenance.record(self.name, FORWARD_GRAPH, True, forward.detail)
             if fsig in self._graph_plain:  # its backward needs nothing: torch's own, as is
-                out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
+                out, vjp_fn = torch.func.vjp(_bound(fn, inputs), *primals)
                 provenance.record(self.name, PASSTHROUGH, False, Passthrough().reason)
                 return out, vjp_fn
         if watch is None:
-            out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
+            out, vjp_fn = torch.func.vjp(_bound(fn, inputs), *primals)
         else:  # the first call of this forward signature: did an op of it fall back?
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                out, vjp_fn = torch.func.vjp(lambda *p: fn(*p, *inputs), *primals)
+                out, vjp_fn = torch.func.vjp(_bound(fn, inputs), *primals)
             for w in caught:  # seen, and passed on as they came
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             forward = self._forward_entry(watch, fn, primals, inputs,

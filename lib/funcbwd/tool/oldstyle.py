@@ -87,11 +87,6 @@ PLANS_KEPT = 1024
 _PLANS_LOCK = threading.Lock()
 
 
-def _under_mode(cls: type, method: str, run: Callable[[], Any], args: tuple) -> Any:
-    """``run()`` (``cls.method`` on ``args``) under the in-place mode (see the module docstring)."""
-    return run_planned((cls, method), run, args)
-
-
 def run_planned(owner: Any, run: Callable[[], Any], args: tuple) -> Any:
     """``run()`` (a call of ``owner``, hashable, on ``args``) under the in-place mode: the full
     mode the first time for ``owner`` and the arguments' signature, its replayed plan later."""
@@ -141,7 +136,7 @@ def _converted(cls: type) -> type:
             rec = _RecordingCtx(len(args))  # a fresh one if the full mode runs it again
             return rec, cls.forward(rec, *args)
 
-        rec, out = _under_mode(cls, "forward", run, args)
+        rec, out = run_planned((cls, "forward"), run, args)
         single = not isinstance(out, tuple)
         outs = (out,) if single else tuple(out)
         extras: list[torch.Tensor] = []
@@ -181,7 +176,7 @@ def _converted(cls: type) -> type:
 
     def backward(ctx: Any, *grads: Any) -> Any:
         grads = grads[:ctx.funcbwd_n_out]
-        return _under_mode(cls, "backward", lambda: cls.backward(ctx, *grads), grads)
+        return run_planned((cls, "backward"), lambda: cls.backward(ctx, *grads), grads)
 
     conv = type(cls.__name__, (torch.autograd.Function,), {
         "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
@@ -217,10 +212,10 @@ def _backward_under_mode(cls: type) -> type:
     :class:`InplaceMode` each."""
 
     def forward(*args: Any) -> Any:  # torch runs it with the caller's modes off
-        return _under_mode(cls, "forward", lambda: cls.forward(*args), args)
+        return run_planned((cls, "forward"), lambda: cls.forward(*args), args)
 
     def backward(ctx: Any, *grads: Any) -> Any:
-        return _under_mode(cls, "backward", lambda: cls.backward(ctx, *grads), grads)
+        return run_planned((cls, "backward"), lambda: cls.backward(ctx, *grads), grads)
 
     return type(cls.__name__, (cls,), {"forward": staticmethod(forward),
                                        "backward": staticmethod(backward),
