@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup install-torch lab test test-unit test-notebooks test-browser test-newest-torch \
-	notebooks nbconvert-execute report clean
+	test-newest lock notebooks nbconvert-execute report clean
 
 # Where torch comes from. On Linux, `torch==X` from PyPI is the CUDA build (~3 GB with its
 # nvidia-* wheels); PyTorch's CPU wheel index has the CPU build (~200 MB), which is all the
@@ -35,12 +35,28 @@ TORCH_INSTALL = case "$(TORCH_INDEX)" in \
 	  $(DRY) $(PY) -m pip install --quiet "$(TORCH_REQ)"; \
 	fi
 
-$(STAMP): pyproject.toml
+# The workbench installs from its lock (locks/workbench.txt, written by `make lock`): every
+# package at the exact version it was tested with, so a release of any dependency changes nothing
+# here until the lock is refreshed. Then funcbwd itself, editable, with no dependencies of its own
+# to resolve and the lock's setuptools as its build backend; `pip check` confirms the set is whole.
+LOCK := locks/workbench.txt
+PIP_PIN := $(shell sed -n 's/^\(pip==[^ ]*\)$$/\1/p' $(LOCK))
+$(STAMP): pyproject.toml $(LOCK)
+	@echo "setup: building $(VENV) from $(LOCK) (about a minute from local wheels; more to download)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade "pip>=24"
+	$(PY) -m pip install --quiet "$(PIP_PIN)"
 	@$(TORCH_INSTALL)
-	$(PY) -m pip install --quiet -e ".[lab,sweep,test]"
+	$(PY) -m pip install --quiet -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -m pip check
 	touch $(STAMP)
+
+# Refresh the lock: what installing the workbench's extras takes today (pip's resolver), exact.
+# Review the diff, run `make test`, commit both.
+lock:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip "packaging>=24"
+	$(PY) tools/lock.py write
 
 install-torch:
 	@$(TORCH_INSTALL)

@@ -12,13 +12,16 @@ c.LabApp.app_settings_dir = os.path.join(os.path.dirname(os.path.abspath(__file_
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
 
-def _drop_plotly_snapshots(model, **kwargs):
+def _drop_plotly_snapshots(model, **kwargs):  # (and the kernel's Python patch version)
     """jupyterlab-plotly adds a PNG snapshot of each figure it draws to that figure's output (taken
     at the size it was drawn: it differs by screen, browser and which figures were scrolled to).
     The notebooks store each figure's JSON only, so the snapshot is dropped on save and running a
     notebook and saving it rewrites nothing (tests/test_browser_save.py)."""
     if model.get("type") != "notebook":
         return
+    # the Python patch version the kernel reports: another 3.11 would rewrite every notebook it
+    # runs (tools/build_notebooks.py's without_tool_versions does the same for its builds)
+    model["content"].get("metadata", {}).get("language_info", {}).pop("version", None)
     for cell in model["content"].get("cells", []):
         for out in cell.get("outputs") or []:
             data = out.get("data") or {}

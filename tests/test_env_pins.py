@@ -1,7 +1,9 @@
-"""The three ways to install funcbwd (pyproject.toml, environment.yml for conda, binder/ for
-repo2docker) must ask for the same dependencies with the same pins, and none may pull a CUDA
-build of torch. A drift here is how a Binder link silently starts running a different torch
-from the one the notebooks' stored outputs were computed with.
+"""The three ways to install the workbench (`make setup`, environment.yml for conda, binder/ for
+repo2docker) install the same exact versions: the lock (locks/workbench.txt, `make lock`), which
+must hold every requirement of pyproject.toml at a version its range allows; none may pull a CUDA
+build of torch. A drift here is how a fresh machine or a Binder link silently starts running
+versions the notebooks' stored outputs and the tests were never run with (issue 36: a jupytext
+patch release turned `make test` red).
 
 The slow test builds a fresh venv from binder/ the way repo2docker would and runs the overview
 notebook in it (opt-in: ``pytest --run-slow -m slow tests/test_env_pins.py``).
@@ -32,26 +34,6 @@ CUDA_NAME = re.compile(r"^(nvidia-.*|pytorch-cuda|pytorch-gpu|cudatoolkit|cuda-.
 
 
 # ------------------------------------------------------------------------------ parsing
-def pyproject_requirements(text: str) -> dict[str, Requirement]:
-    """Every dependency of the workbench (the light install's and its extras'), by canonical
-    name. torch is listed twice: a range for the light install, an exact pin inside it in the
-    extras; the workbench (what environment.yml and binder/ install) gets the pin."""
-    project = tomllib.loads(text)["project"]
-    out = _by_name(list(project.get("dependencies", [])), "pyproject.toml")
-    pins: dict[str, Requirement] = {}
-    for extra, lines in project.get("optional-dependencies", {}).items():
-        for name, req in _by_name(lines, f"pyproject.toml [{extra}]").items():
-            if name in pins and str(pins[name]) != str(req):
-                raise AssertionError(f"pyproject.toml: {name} pinned differently in two extras")
-            if name in out and name not in pins:
-                pin = _exact_torch(req)
-                if pin is None or Version(pin) not in out[name].specifier:
-                    raise AssertionError(f"pyproject.toml: {name} listed twice: {req} in [{extra}] "
-                                         f"must be an exact pin within {out[name]}")
-            pins[name] = req
-    return {**out, **pins}
-
-
 def _by_name(lines: list[str], where: str) -> dict[str, Requirement]:
     out: dict[str, Requirement] = {}
     for line in lines:
@@ -122,30 +104,11 @@ def split_environment(env: dict) -> tuple[list[str], dict[str, Requirement], lis
 
 
 # ------------------------------------------------------------------------------ checks
-def _strip_local(spec: SpecifierSet) -> SpecifierSet:
-    """``==2.13.0+cpu`` -> ``==2.13.0``: the local label picks a build, not a release."""
-    return SpecifierSet(",".join(re.sub(r"\+[\w.]+$", "", str(s)) for s in spec))
-
-
 def _exact_torch(req: Requirement) -> str | None:
     specs = list(req.specifier)
     if len(specs) == 1 and specs[0].operator == "==":
         return specs[0].version
     return None
-
-
-def compare(where: str, base: dict[str, Requirement], other: dict[str, Requirement]) -> list[str]:
-    """Every pyproject dependency present in ``other`` with the same spec, and nothing extra."""
-    problems = []
-    for name, req in base.items():
-        if name not in other:
-            problems.append(f"{where}: missing {req} (pyproject.toml asks for it)")
-        elif _strip_local(other[name].specifier) != req.specifier:
-            problems.append(f"{where}: {name}{other[name].specifier} but pyproject.toml says "
-                            f"{name}{req.specifier}")
-    for name in sorted(set(other) - set(base)):
-        problems.append(f"{where}: {other[name]} is not a dependency in pyproject.toml")
-    return problems
 
 
 def cuda_problems(where: str, names: list[str]) -> list[str]:
@@ -181,40 +144,61 @@ def python_problems(where: str, version: str, requires_python: str) -> list[str]
     return []
 
 
+def _lock_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lock", ROOT / "tools" / "lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _exactly(where: str, reqs: dict[str, Requirement], includes: list[str], want: list[str],
+             wanted_reqs: set[str]) -> list[str]:
+    problems = [f"{where}: {reqs[n]} is listed: every package but torch comes from the lock"
+                for n in sorted(set(reqs) - wanted_reqs)]
+    if includes != want:
+        problems.append(f"{where}: expected {' then '.join(want)}, found {includes or 'nothing'}")
+    return problems
+
+
 def all_problems(root: Path = ROOT) -> list[str]:
-    """Every way the install files disagree with pyproject.toml (empty when they agree)."""
+    """Every way the install files disagree with pyproject.toml and the lock (empty when they
+    agree): the lock has every requirement of pyproject.toml at a version its range allows;
+    environment.yml and binder/ install torch (CPU) and then exactly the lock."""
     pyproject_text = (root / "pyproject.toml").read_text()
-    base = pyproject_requirements(pyproject_text)
     requires_python = tomllib.loads(pyproject_text)["project"]["requires-python"]
-    problems = []
+    lock = _lock_module()
+    problems = [f"locks/workbench.txt: {p}" for p in lock.problems(
+        lock.read_lock(root / "locks" / "workbench.txt"), lock.requirements(root / "pyproject.toml"))]
 
     env = environment_yml((root / "environment.yml").read_text())
     conda, env_reqs, env_opts = split_environment(env)
-    editable = [o for o in env_opts if o.startswith("-e")]
-    env_opts = [o for o in env_opts if not o.startswith("-e")]
-    problems += compare("environment.yml", base, env_reqs)
+    includes = [o for o in env_opts if o.startswith(("-e", "-r", "-c"))]
+    env_opts = [o for o in env_opts if o not in includes]
     problems += torch_problems("environment.yml", env_reqs, env_opts, want_local=None)
     problems += cuda_problems("environment.yml", conda + list(env_reqs))
+    problems += _exactly("environment.yml", env_reqs, includes,
+                         ["-r locks/workbench.txt", "-e .[lab,sweep,test]"], {"torch"})
     for pkg in conda:
         name = re.split(r"[=<>!~ ]", pkg)[0]
         if name not in ("python", "pip"):
             problems.append(f"environment.yml: conda package {pkg!r}: only python and pip come "
-                            "from conda, the rest from pip (same pins as pyproject.toml)")
+                            "from conda, the rest from pip (the lock's versions)")
     pythons = [p.split("=", 1)[1] for p in conda if p.startswith("python=")]
     if not pythons:
         problems.append("environment.yml: no python=X.Y pin")
     else:
         problems += python_problems("environment.yml", pythons[0], requires_python)
-    if editable != ["-e .[lab,sweep,test]"]:
-        problems.append(f"environment.yml: expected the package itself as '-e .[lab,sweep,test]', "
-                        f"found {editable or 'nothing'}")
 
     binder = root / "binder"
-    req_text = (binder / "requirements.txt").read_text()
-    bin_reqs, bin_opts = requirements_file(req_text)
-    problems += compare("binder/requirements.txt", base, bin_reqs)
+    bin_reqs, bin_opts = requirements_file((binder / "requirements.txt").read_text())
+    includes = [o for o in bin_opts if o.startswith(("-e", "-r", "-c"))]
+    bin_opts = [o for o in bin_opts if o not in includes]
     problems += torch_problems("binder/requirements.txt", bin_reqs, bin_opts, want_local="cpu")
     problems += cuda_problems("binder/requirements.txt", list(bin_reqs))
+    problems += _exactly("binder/requirements.txt", bin_reqs, includes,
+                         ["-r ../locks/workbench.txt"], {"torch"})
     if (binder / "environment.yml").exists():
         problems.append("binder/environment.yml exists: repo2docker would ignore requirements.txt")
     runtime = (binder / "runtime.txt").read_text().strip()
@@ -224,8 +208,9 @@ def all_problems(root: Path = ROOT) -> list[str]:
         problems += python_problems("binder/runtime.txt", runtime[len("python-"):], requires_python)
     post = binder / "postBuild"
     post_lines = [ln.strip() for ln in post.read_text().splitlines() if not ln.lstrip().startswith("#")]
-    if not any(re.fullmatch(r"(python -m )?pip install( --no-cache-dir)? -e \.", ln) for ln in post_lines):
-        problems.append("binder/postBuild: does not install the package ('pip install -e .')")
+    if not any(re.fullmatch(r"(python -m )?pip install( --no-cache-dir)? --no-deps -e \.", ln)
+               for ln in post_lines):
+        problems.append("binder/postBuild: does not install the package ('pip install --no-deps -e .')")
     if not os.access(post, os.X_OK):
         problems.append("binder/postBuild: not executable (repo2docker requires chmod +x)")
     return problems
@@ -240,28 +225,35 @@ def test_install_files_agree_with_pyproject():
 def _copy_tree(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
     (root / "binder").mkdir(parents=True)
+    (root / "locks").mkdir()
     for rel in ("pyproject.toml", "environment.yml", "binder/requirements.txt",
-                "binder/runtime.txt", "binder/postBuild"):
+                "binder/runtime.txt", "binder/postBuild", "locks/workbench.txt"):
         (root / rel).write_bytes((ROOT / rel).read_bytes())
     (root / "binder/postBuild").chmod(0o755)
     return root
 
 
 @pytest.mark.parametrize("path, old, new, expect", [
-    ("environment.yml", "plotly>=7,<8", "plotly>=6,<8", "environment.yml: plotly<8,>=6 but pyproject.toml says plotly<8,>=7"),
-    ("binder/requirements.txt", "nbval>=0.11,<1\n", "", "binder/requirements.txt: missing nbval"),
+    ("locks/workbench.txt", "\nplotly==", "\nplotly==6.0.0\n# was ", "plotly<8,>=7: the lock has plotly==6.0.0"),
+    ("locks/workbench.txt", "\nnbval==", "\n# nbval==", "nbval<1,>=0.11 is not in the lock"),
+    ("locks/workbench.txt", "\ntorch==2.13.0", "\ntorch==2.14.1", "the lock has torch==2.14.1"),
+    ("locks/workbench.txt", "\nzipp==", "\nnvidia-cublas==13.4.1.3\nzipp==", "CUDA package"),
+    ("pyproject.toml", '"hypothesis>=6,<7",', '"hypothesis>=6,<7",\n    "rich>=13",',
+     "rich>=13 is not in the lock"),
+    ("environment.yml", "      - -r locks/workbench.txt\n", "", "expected -r locks/workbench.txt"),
+    ("environment.yml", "      - torch==2.13.0\n", "      - torch==2.13.0\n      - numpy>=2,<3\n",
+     "numpy<3,>=2 is listed"),
+    ("binder/requirements.txt", "-r ../locks/workbench.txt\n", "", "expected -r ../locks"),
     ("binder/requirements.txt", "torch==2.13.0+cpu", "torch==2.13.0", "expected local label 'cpu'"),
     ("binder/requirements.txt", "torch==2.13.0+cpu", "torch==2.12.0+cpu", "pinned exactly to ==2.13.0"),
     ("binder/requirements.txt", "torch==2.13.0+cpu", "torch==2.13.0+cu126", "expected local label 'cpu'"),
-    ("binder/requirements.txt", "numpy>=2,<3", "numpy>=2,<3\nnvidia-cublas-cu12", "CUDA package"),
+    ("binder/requirements.txt", "torch==2.13.0+cpu", "torch==2.13.0+cpu\nnvidia-cublas-cu12", "CUDA package"),
     ("binder/requirements.txt", "--extra-index-url", "--index-url", "replaces the main index"),
     ("environment.yml", "  - pip\n", "  - pip\n  - pytorch-cuda=12.4\n", "pytorch-cuda=12.4 is a CUDA"),
     ("environment.yml", "      - --extra-index-url https://download.pytorch.org/whl/cpu\n", "",
      "environment.yml: needs '--extra-index-url"),
     ("environment.yml", "python=3.11", "python=3.10", "does not satisfy requires-python"),
-    ("pyproject.toml", '"hypothesis>=6,<7",', '"hypothesis>=6,<7",\n    "rich>=13",',
-     "environment.yml: missing rich>=13"),
-    ("binder/postBuild", "python -m pip install --no-cache-dir -e .", "true",
+    ("binder/postBuild", "python -m pip install --no-cache-dir --no-deps -e .", "true",
      "does not install the package"),
 ])
 def test_drift_is_detected(tmp_path, path, old, new, expect):
@@ -279,6 +271,21 @@ def test_tiny_yaml_reader_agrees_with_pyyaml():
     yaml = pytest.importorskip("yaml")
     text = (ROOT / "environment.yml").read_text()
     assert split_environment(_tiny_environment_yml(text)) == split_environment(yaml.safe_load(text))
+
+
+def test_the_venv_is_the_lock():
+    """What `make setup` installed is exactly the lock (skipped in `make test-newest`'s venv,
+    which installs the newest versions the ranges allow on purpose)."""
+    if os.environ.get("FUNCBWD_NEWEST"):
+        pytest.skip("make test-newest: the newest versions, not the lock's")
+    from importlib import metadata
+
+    lock = _lock_module()
+    want = lock.read_lock()
+    have = {lock.canonical(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    wrong = [f"{n}: {have.get(n, 'missing')} installed, {v} locked" for n, v in sorted(want.items())
+             if have.get(n, "missing").split("+")[0] != v]
+    assert not wrong, "run `make setup` (the venv drifted from locks/workbench.txt):\n" + "\n".join(wrong)
 
 
 # ------------------------------------------------------------------------------ slow

@@ -72,5 +72,6 @@ def test_setup_installs_torch_before_the_package(tmp_path):
     assert done.returncode == 0, done.stderr
     text = done.stdout
     torch_at = text.index(f'pip install --quiet "{_torch_pin()}" --index-url {CPU_INDEX}')
-    package_at = text.index('pip install --quiet -e ".[lab,sweep,test]"')
-    assert text.index("-m venv") < torch_at < package_at
+    lock_at = text.index("pip install --quiet -r locks/workbench.txt")
+    package_at = text.index("pip install --quiet --no-deps --no-build-isolation -e .")
+    assert text.index("-m venv") < torch_at < lock_at < package_at

@@ -97,13 +97,22 @@ def op_notebook_text(op: str) -> str:
     return as_jupytext_writes(text[:at] + GENERATED_NOTE + text[at:])
 
 
+def jupytext_config():
+    """The project's jupytext configuration (``jupytext.toml``: what JupyterLab's saves use)."""
+    from jupytext.config import load_jupytext_configuration_file
+
+    return load_jupytext_configuration_file(str(ROOT / "jupytext.toml"))
+
+
 def as_jupytext_writes(text: str) -> str:
-    """``text`` (percent format) as jupytext itself writes it back: the YAML header with the
-    installed jupytext's version lines, and the cell markers it writes. A generated file in this
-    form is what a save from JupyterLab writes, so a save changes nothing."""
+    """``text`` (percent format) as jupytext itself writes it back under the project's
+    configuration: the YAML header (without jupytext's version: ``jupytext.toml`` filters it)
+    and the cell markers it writes. A generated file in this form is what a save from
+    JupyterLab writes, so a save changes nothing."""
     import jupytext
 
-    return jupytext.writes(jupytext.reads(text, fmt=TEXT_FORMAT), fmt=TEXT_FORMAT)
+    return jupytext.writes(jupytext.reads(text, fmt=TEXT_FORMAT), fmt=TEXT_FORMAT,
+                           config=jupytext_config())
 
 
 def generate() -> list[Path]:
@@ -189,11 +198,21 @@ def javascript_numbers(obj):
     return obj
 
 
+def without_tool_versions(nb):
+    """``nb`` without the patch version of the Python its kernel ran
+    (``metadata.language_info.version``, "3.11.7"): a machine with another 3.11 would rewrite
+    every notebook it runs. The project's save hook (jupyter_config/) drops it too."""
+    nb.get("metadata", {}).get("language_info", {}).pop("version", None)
+    return nb
+
+
 def as_jupyterlab_holds(nb):
     """What JupyterLab does to a notebook it opens or runs before it saves it: consecutive stream
-    outputs merged (:func:`merge_streams`), numbers through JavaScript (:func:`javascript_numbers`)."""
+    outputs merged (:func:`merge_streams`), numbers through JavaScript (:func:`javascript_numbers`);
+    and what the project's save hook drops (:func:`without_tool_versions`)."""
     merge_streams(nb)
     javascript_numbers(nb)
+    without_tool_versions(nb)
     return nb
 
 
@@ -238,6 +257,7 @@ def resaved(name: str, folder: Path = NOTEBOOKS) -> dict[str, tuple[bytes, bytes
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "notebooks").mkdir()
+        shutil.copy2(ROOT / "jupytext.toml", root / "jupytext.toml")
         files = [folder / f"{name}.ipynb", folder / f"{name}.py"]
         for p in files:
             shutil.copy2(p, root / "notebooks" / p.name)
@@ -256,7 +276,8 @@ def not_as_jupytext_writes() -> list[str]:
     for name in notebook_names():
         ipynb = NOTEBOOKS / f"{name}.ipynb"
         if ipynb.exists():
-            text = jupytext.writes(nbformat.read(ipynb, as_version=4), fmt=TEXT_FORMAT)
+            text = jupytext.writes(nbformat.read(ipynb, as_version=4), fmt=TEXT_FORMAT,
+                                   config=jupytext_config())
             if text != (NOTEBOOKS / f"{name}.py").read_text():
                 bad.append(name)
     return bad
