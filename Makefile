@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup install-torch lab test test-unit test-notebooks test-browser test-newest-torch \
+.PHONY: setup install-torch lab test test-unit test-notebooks test-browser \
 	test-newest lock notebooks nbconvert-execute report clean
 
 # Where torch comes from. On Linux, `torch==X` from PyPI is the CUDA build (~3 GB with its
@@ -92,23 +92,30 @@ test-browser: setup
 	bash tests/browser_setup.sh || echo "WARNING: could not install chromium; the browser tests will skip and say why"
 	$(PY) -m pytest -q tests -m browser
 
-# The user tool on the newest torch pip allows in the light install's range (TORCH_RANGE), in a
-# venv of its own (NEWEST_VENV): torch and numpy from pip, funcbwd without dependencies, then the
-# tool's tests (the tool, its in-place mode, doctor, traced, the light install). NEWEST_PIP_ARGS
-# adds pip options (e.g. --extra-index-url $(CPU_INDEX) for the CPU build); DRY=echo prints the
-# commands.
-NEWEST_VENV ?= .venv-newest-torch
+# The whole suite on the newest versions pyproject.toml's ranges allow, in a venv of its own
+# (NEWEST_VENV; the workbench's .venv and its lock untouched): torch by the light install's range
+# (`tools/lock.py newest`), so the newest torch this machine's index has, which on Linux without
+# the CPU index is a CUDA build of several GB. PIP_CONSTRAINT=/dev/null sets aside a machine-wide
+# pip constraints file (one caps torch here). NEWEST_TESTS picks the tests (default: all of them,
+# notebooks included); e.g. `make test-newest NEWEST_TESTS="$(TOOL_TESTS)"` runs the tool's only.
+# FUNCBWD_NEWEST=1 skips the one test that checks the venv is the lock. DRY=echo prints the
+# commands. The date and result of the last run are in docs/setup.md#the-newest-versions.
+NEWEST_VENV ?= .venv-newest
 NEWEST_PIP_ARGS ?=
 TOOL_TESTS := tests/test_tool_function.py tests/test_tool_functionalized.py tests/test_doctor.py \
 	tests/test_inplace_mode.py tests/test_traced.py tests/test_light_install.py
-test-newest-torch:
+NEWEST_TESTS ?= tests notebooks $(NBVAL)
+test-newest:
+	@echo "test-newest: a venv with the newest versions the ranges allow (a few minutes, more if"
+	@echo "  torch is a CUDA build to download), then the tests (about 15 min for all of them)"
 	$(DRY) $(PYTHON) -m venv $(NEWEST_VENV)
-	$(DRY) $(NEWEST_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
-	$(DRY) $(NEWEST_VENV)/bin/python -m pip install --quiet --upgrade $(NEWEST_PIP_ARGS) \
-	  "$(TORCH_RANGE)" "numpy>=2,<3" "pytest>=9,<10" "hypothesis>=6,<7"
-	$(DRY) $(NEWEST_VENV)/bin/python -m pip install --quiet --no-deps -e .
-	$(DRY) $(NEWEST_VENV)/bin/python -c "import torch; print('torch', torch.__version__)"
-	$(DRY) $(NEWEST_VENV)/bin/python -m pytest -q $(TOOL_TESTS) -m "not browser"
+	$(DRY) $(NEWEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DRY) $(PYTHON) tools/lock.py newest $(NEWEST_VENV)/newest.txt
+	$(DRY) env PIP_CONSTRAINT=/dev/null $(NEWEST_VENV)/bin/python -m pip install --quiet --upgrade \
+	  $(NEWEST_PIP_ARGS) -r $(NEWEST_VENV)/newest.txt
+	$(DRY) $(NEWEST_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(DRY) $(NEWEST_VENV)/bin/python -c "import torch; print('test-newest: torch', torch.__version__)"
+	$(DRY) env FUNCBWD_NEWEST=1 $(NEWEST_VENV)/bin/python -m pytest -q $(NEWEST_TESTS)
 
 notebooks: setup
 	$(PY) tools/build_notebooks.py

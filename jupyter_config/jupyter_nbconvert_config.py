@@ -22,6 +22,10 @@ class AsJupyterLabSaves(Preprocessor):
     def preprocess(self, nb, resources):
         nb.metadata.pop("widgets", None)
         build_notebooks.as_jupyterlab_holds(nb)
+        meta = resources.get("metadata", {})
+        if meta.get("path") and meta.get("name"):  # --inplace: the file it overwrites
+            path = os.path.join(meta["path"], meta["name"] + ".ipynb")
+            build_notebooks.keep_stored_python_version(nb, build_notebooks.Path(path))
         return nb, resources
 
 

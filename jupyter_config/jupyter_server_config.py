@@ -12,21 +12,36 @@ c.LabApp.app_settings_dir = os.path.join(os.path.dirname(os.path.abspath(__file_
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
 
-def _drop_plotly_snapshots(model, **kwargs):  # (and the kernel's Python patch version)
+def _drop_plotly_snapshots(model, path=None, contents_manager=None, **kwargs):
     """jupyterlab-plotly adds a PNG snapshot of each figure it draws to that figure's output (taken
     at the size it was drawn: it differs by screen, browser and which figures were scrolled to).
     The notebooks store each figure's JSON only, so the snapshot is dropped on save and running a
-    notebook and saving it rewrites nothing (tests/test_browser_save.py)."""
+    notebook and saving it rewrites nothing (tests/test_browser_save.py). The kernel's Python patch
+    version is kept as stored (:func:`_keep_stored_python_version`), for the same reason."""
     if model.get("type") != "notebook":
         return
-    # the Python patch version the kernel reports: another 3.11 would rewrite every notebook it
-    # runs (tools/build_notebooks.py's without_tool_versions does the same for its builds)
-    model["content"].get("metadata", {}).get("language_info", {}).pop("version", None)
+    _keep_stored_python_version(model, path, contents_manager)
     for cell in model["content"].get("cells", []):
         for out in cell.get("outputs") or []:
             data = out.get("data") or {}
             if "application/vnd.plotly.v1+json" in data:
                 data.pop("image/png", None)
+
+
+def _keep_stored_python_version(model, path, contents_manager):
+    """The Python patch version the kernel reports (``metadata.language_info.version``) set to
+    what the file on disk stores: a machine with another 3.11 rewrites nothing when it runs and
+    saves a notebook (tools/build_notebooks.py's keep_stored_python_version, for its builds)."""
+    import json
+
+    info = model["content"].get("metadata", {}).get("language_info")
+    try:
+        with open(contents_manager._get_os_path(path)) as f:
+            stored = json.load(f).get("metadata", {}).get("language_info", {})
+    except Exception:  # noqa: BLE001 - a new notebook, or no file manager: keep the kernel's
+        return
+    if info is not None and "version" in stored:
+        info["version"] = stored["version"]
 
 
 c.ContentsManager.pre_save_hook = _drop_plotly_snapshots

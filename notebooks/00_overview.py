@@ -16,7 +16,7 @@
 # %% [markdown]
 # # funcbwd: how should in-place backward formulas be functionalized for `vmap(vjp(f))`?
 #
-# **The decision first**, computed by `funcbwd.studies.review.review.decision` from the saved evidence
+# **The decision first**, computed by `funcbwd_lab.studies.review.review.decision` from the saved evidence
 # (`data/review-evidence.json`; counts over every sample). `design_review` recomputes each row live,
 # and section 4 checks the counts against this notebook's own run of the matrix.
 
@@ -24,9 +24,9 @@
 import os
 
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # read when torch loads: no C++ warnings in outputs
-from funcbwd.studies.review import review
-from funcbwd.views import display
-from funcbwd.studies.review import decision as decision_view
+from funcbwd_lab.studies.review import review
+from funcbwd_lab.views import display
+from funcbwd_lab.studies.review import decision as decision_view
 
 display.setup_notebook()
 evidence = review.load_evidence(os.path.join("..", "data", review.EVIDENCE_FILE))
@@ -57,11 +57,11 @@ import torch
 from torch.func import vmap
 
 from funcbwd import internals
-from funcbwd.ops import registry
+from funcbwd_lab.ops import registry
 from funcbwd.errors import first_line
-from funcbwd.run import outcomes
-from funcbwd.studies.matrix import matrix
-from funcbwd.strategies import available, get_strategy
+from funcbwd_lab.run import outcomes
+from funcbwd_lab.studies.matrix import matrix
+from funcbwd_lab.strategies import available, get_strategy
 
 print("strategies:", ", ".join(available()))
 
@@ -69,7 +69,7 @@ print("strategies:", ", ".join(available()))
 # ## 1. One failing call
 #
 # `diag` of a non-square matrix. Its legacy backward (PyTorch ~1.10) is re-created line for line in
-# `funcbwd.ops.discussion.diag`; the `plain` strategy runs it as written.
+# `funcbwd_lab.ops.discussion.diag`; the `plain` strategy runs it as written.
 
 # %%
 display.formula_source("diag")
@@ -142,7 +142,7 @@ assert torch.allclose(grads, loop, atol=1e-6)
 # %% [markdown]
 # ## 4. The matrix: every op x scenario x strategy
 #
-# `funcbwd.studies.matrix.matrix.run_matrix` runs each of the 8 test ops of functorch#241, every sample, in 8
+# `funcbwd_lab.studies.matrix.matrix.run_matrix` runs each of the 8 test ops of functorch#241, every sample, in 8
 # transform scenarios under every strategy, and compares each result with a per-sample Python loop
 # (about a minute). Every count in this notebook is over op x scenario cells, and a cell passes only
 # if every one of its samples passes: the same basis as the decision above. Strategies:
@@ -214,7 +214,7 @@ assert not stale
 # view instead; run it to interact.
 
 # %%
-from funcbwd.views.widgets import Explorer
+from funcbwd_lab.views.widgets import Explorer
 
 explorer = Explorer(results, op="diag", strategy="plain", scenario="vmap_cotangents")
 assert explorer.summary("diag", "vmap_cotangents", "plain")["status"] == "fail"

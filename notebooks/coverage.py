@@ -25,14 +25,14 @@
 # every in_dims choice (no cap), with distinct batch entries, under `builtin` (torch as is: the
 # baseline) and the three strategies that act on torch's C++ backward nodes: `whole`, `hooks` and
 # `traced_backward`. Every record is one cell of the same engine as the matrix
-# (`funcbwd.run.runner`): compared with a per-sample loop and with torch's own gradient, the
+# (`funcbwd_lab.run.runner`): compared with a per-sample loop and with torch's own gradient, the
 # caller's tensors checked, the error measured, the tolerance by dtype.
 #
-# It takes hours on 2 cores, so it runs in the background (`python -m funcbwd coverage --workers 2
+# It takes hours on 2 cores, so it runs in the background (`python -m funcbwd_lab coverage --workers 2
 # --out data/coverage.json.gz --force`, resumable with `--resume`) and this notebook reads the
 # saved file.
-# Every count below is computed from the records by `funcbwd.studies.coverage.summary` and
-# `verdicts`; the rendering is `funcbwd.studies.coverage.render`.
+# Every count below is computed from the records by `funcbwd_lab.studies.coverage.summary` and
+# `verdicts`; the rendering is `funcbwd_lab.studies.coverage.render`.
 
 # %%
 import os
@@ -41,9 +41,9 @@ import os
 # timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from funcbwd.studies.coverage import charts, data, render, summary, verdicts
-from funcbwd.tables import fit
-from funcbwd.views import display
+from funcbwd_lab.studies.coverage import charts, data, render, summary, verdicts
+from funcbwd_lab.tables import fit
+from funcbwd_lab.views import display
 
 display.setup_notebook()
 PATH = os.path.join("..", "data", data.FILE_NAME)
@@ -91,7 +91,7 @@ print(fit("\n".join(lines)))
 
 # %% [markdown]
 # Where a strategy ran out of the sweep's 3 s budget on these cells, the deep pass re-ran them with
-# 120 s per cell (`python -m funcbwd.studies.coverage.deep`, saved in `data/coverage-deep.json`):
+# 120 s per cell (`python -m funcbwd_lab.studies.coverage.deep`, saved in `data/coverage-deep.json`):
 # a pass there ran every in_dims choice. The cells found in place after it ran (the in-place shape
 # error, native_group_norm) are pending there and were re-run apart at 30 s per cell
 # (`data/coverage-deep-pending.json`).
@@ -99,7 +99,7 @@ print(fit("\n".join(lines)))
 # %%
 import json
 
-from funcbwd.studies.coverage import deep
+from funcbwd_lab.studies.coverage import deep
 
 deep_doc = json.loads(open(os.path.join("..", "data", deep.FILE_NAME)).read())
 later = json.loads(open(os.path.join("..", "data", "coverage-deep-pending.json")).read())
@@ -123,7 +123,7 @@ display.Rich(render.regressions_text(s["regressions"]), render.regressions_html(
 # ## 4. Upstream's expected failures, each with a computed verdict
 #
 # functorch's `test_ops.py` keeps its expected failures as data (`xfail`, `skip`, with a reason).
-# Our copy of them (`funcbwd.studies.coverage.upstream`, with its source commit) gets a verdict per
+# Our copy of them (`funcbwd_lab.studies.coverage.upstream`, with its source commit) gets a verdict per
 # entry from the records of the same op and composition: `reproduced`, `stale` (passes on torch
 # 2.13 on every sample, as upstream's test loops over every sample), `fixed` (an in-place failure a functionalizing strategy fixes, with no regression on the
 # op), `torch_bug`, `harness` (not comparable here, and why) or `unresolved` (e.g. builtin passes
@@ -167,7 +167,7 @@ assert all("cap" not in v["evidence"] for v in vs if v["verdict"] == "stale")
 # matters, not any one op.
 
 # %%
-from funcbwd.studies.coverage import cost as coverage_cost
+from funcbwd_lab.studies.coverage import cost as coverage_cost
 
 costs = json.loads(open(os.path.join("..", "data", coverage_cost.COST_FILE)).read())["cost"]
 print(fit(coverage_cost.format_cost(coverage_cost.summarize_cost(costs))))
@@ -181,10 +181,10 @@ coverage_cost.cost_figure(costs).show()
 # Where `builtin` passes only through vmap's slow per-sample fallback, does tracing torch's own
 # backward into a functionalized graph (`traced_backward`) remove the loop, and how much faster is
 # the batched backward? Saved in `data/fallback-speedup.json`
-# (`python -m funcbwd.studies.coverage.fallback_speedup --coverage data/coverage.json.gz`).
+# (`python -m funcbwd_lab.studies.coverage.fallback_speedup --coverage data/coverage.json.gz`).
 
 # %%
-from funcbwd.studies.coverage import fallback_speedup
+from funcbwd_lab.studies.coverage import fallback_speedup
 
 speed = json.loads(open(os.path.join("..", "data", fallback_speedup.FILE_NAME)).read())
 print(fit(fallback_speedup.format_result(speed)))

@@ -18,18 +18,18 @@
 #
 # **The decision first**, recomputed live here: every sample of the 8 test ops in every scenario
 # under every strategy (about two minutes), the saved bench run and the live probes, weighed by
-# `funcbwd.studies.review.review.decision`. Then the original discussion (functorch#241), point by point,
+# `funcbwd_lab.studies.review.review.decision`. Then the original discussion (functorch#241), point by point,
 # each point with the computed cell that decides it.
 
 # %%
 import os
 
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # read when torch loads: no C++ warnings in outputs
-from funcbwd.studies.bench import results as bench_results
-from funcbwd.studies.review import review
-from funcbwd.studies.matrix import matrix
-from funcbwd.views import display
-from funcbwd.studies.review import decision as decision_view
+from funcbwd_lab.studies.bench import results as bench_results
+from funcbwd_lab.studies.review import review
+from funcbwd_lab.studies.matrix import matrix
+from funcbwd_lab.views import display
+from funcbwd_lab.studies.review import decision as decision_view
 
 display.setup_notebook()
 DATA = os.path.join("..", "data")
@@ -118,7 +118,7 @@ for st in decision.ranking:
 # %%
 import warnings
 
-from funcbwd.strategies import composite
+from funcbwd_lab.strategies import composite
 
 with warnings.catch_warnings():  # torch.export's own deprecation notices are not the question
     warnings.simplefilter("ignore", FutureWarning)
@@ -167,7 +167,7 @@ print(claim.get("reason") or "\n".join(f"{g['graph']}: {g.get('verdict', g.get('
 # (`review_probes.needs_per_op_input`: 1 = the strategy needs it):
 
 # %%
-from funcbwd.studies.review import probes as review_probes
+from funcbwd_lab.studies.review import probes as review_probes
 
 print({st: review_probes.needs_per_op_input(st) for st in ("per_formula", "traced", "composite")})
 
@@ -185,11 +185,11 @@ for st in ("per_formula", "traced"):
 # ## "Copies seem scary"
 #
 # Functionalization replaces a write into a view by a copy plus a `*_scatter`. How many copy-like
-# ops does each form add over `builtin`'s graph, under vmap (`funcbwd.studies.graphs.graphs.copy_table`)?
+# ops does each form add over `builtin`'s graph, under vmap (`funcbwd_lab.studies.graphs.graphs.copy_table`)?
 
 # %%
-from funcbwd.studies.graphs import graphs
-from funcbwd.ops import registry
+from funcbwd_lab.studies.graphs import graphs
+from funcbwd_lab.ops import registry
 
 copy_rows = graphs.copy_table(ops=registry.TEST_OPS, vmap=True)
 for st in decision.ranking:
@@ -221,7 +221,7 @@ for u in evidence.unsolved:
 # ## The question today: which of core's hand-written branches would the pick delete?
 #
 # Core still carries 36 `isTensorSubclassLike` branches in `FunctionsManual.cpp` (24 backward,
-# 12 forward-mode) whose fast path writes in place. `python -m funcbwd deletable` runs each fast
+# 12 forward-mode) whose fast path writes in place. `python -m funcbwd_lab deletable` runs each fast
 # path alone under `traced` and `per_formula` in every applicable scenario and times it against
 # the hand-written out-of-place path; the 6 data-dependent sites are the negative controls. The
 # table is saved (`data/live-deletable.json`, about 7 minutes to recompute); the headlines below
@@ -230,8 +230,8 @@ for u in evidence.unsolved:
 # %%
 import json
 
-from funcbwd.studies.deletable import deletable
-from funcbwd.studies.deletable import render as live
+from funcbwd_lab.studies.deletable import deletable
+from funcbwd_lab.studies.deletable import render as live
 
 live_table = json.load(open(os.path.join(DATA, live.LIVE_FILE_NAME)))
 for st in live_table["strategies"]:
@@ -250,13 +250,13 @@ display.Rich(live.markdown(live_table), html_text=live.html_block(live_table))
 #
 # The `compiled` reference row of the decision runs the legacy formulas under
 # `torch.compile(aot_eager)` of the whole transform call: it fixes none of the cells where the
-# legacy formula fails. Its study (`funcbwd.studies.compiled`, saved in `data/compiled.json`, about
+# legacy formula fails. Its study (`funcbwd_lab.studies.compiled`, saved in `data/compiled.json`, about
 # 20 minutes to recompute) runs every cell under three backends and records what dynamo compiled.
-# The answer, computed from that file (`funcbwd.studies.review.compiled_answer`):
+# The answer, computed from that file (`funcbwd_lab.studies.review.compiled_answer`):
 
 # %%
-from funcbwd.studies.review import compiled_answer
-from funcbwd.tables import paragraph
+from funcbwd_lab.studies.review import compiled_answer
+from funcbwd_lab.tables import paragraph
 
 compiled = json.load(open(os.path.join(DATA, "compiled.json")))
 print("\n".join(paragraph(s) for s in compiled_answer.answer(compiled)))
@@ -317,13 +317,13 @@ assert any("`compiled`'s timings are not measured" in n and "data/compiled.json"
 # ## "What would it cost in C++?"
 #
 # Core would not run formulas in Python, so the question is what each mechanism costs by itself.
-# `funcbwd.studies.review.cpp_cost` keeps the Python floor (any formula in Python, `handfixed` /
+# `funcbwd_lab.studies.review.cpp_cost` keeps the Python floor (any formula in Python, `handfixed` /
 # `builtin`) apart from functionalization's own cost, measured on torch's own C++ nodes (the OpInfo
 # sweep's cost entries, `traced_backward`'s graphs) or in runs whose two arms are both Python.
 # Every figure has its basis, its assumptions and what would falsify it:
 
 # %%
-from funcbwd.studies.review import cpp_cost
+from funcbwd_lab.studies.review import cpp_cost
 
 cpp_inputs = cpp_cost.load_inputs(DATA)
 estimates = cpp_cost.estimates(cpp_inputs, saved.to_dict())
@@ -342,7 +342,7 @@ assert by["python floor"].value == saved.strategies["handfixed"]["cost_vs_builti
 # %% [markdown]
 # ## "What would the PR look like?"
 #
-# `python -m funcbwd rfc --out docs/rfc.md --force` writes the pick as an RFC: the files core would change
+# `python -m funcbwd_lab rfc --out docs/rfc.md --force` writes the pick as an RFC: the files core would change
 # (the generated `Node::apply`'s entry point, where the functionalized graphs are generated and
 # cached), the functorch expected failures it retires (from the OpInfo sweep's
 # `data/coverage.json.gz`, "not yet measured" until it is saved), the hand-written branches it
@@ -350,11 +350,11 @@ assert by["python floor"].value == saved.strategies["handfixed"]["cost_vs_builti
 # [docs/rfc.md](../docs/rfc.md) is a generation from the saved data; is it current?
 
 # %%
-from funcbwd.studies.review import rfc
+from funcbwd_lab.studies.review import rfc
 
 rfc_text = rfc.document(rfc.load(DATA))
 assert rfc_text == open(os.path.join("..", "docs", "rfc.md")).read(), \
-    "docs/rfc.md is stale: python -m funcbwd rfc --out docs/rfc.md --force"
+    "docs/rfc.md is stale: python -m funcbwd_lab rfc --out docs/rfc.md --force"
 print(rfc_text[rfc_text.index("## What it costs"):rfc_text.index("### The Python floor")])
 
 # %% [markdown]

@@ -36,14 +36,14 @@ import os
 # timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from funcbwd.studies.graphs import graphs
-from funcbwd.studies.trace import trace
-from funcbwd.ops import registry
+from funcbwd_lab.studies.graphs import graphs
+from funcbwd_lab.studies.trace import trace
+from funcbwd_lab.ops import registry
 from funcbwd.errors import first_line
-from funcbwd.run import outcomes, runner, scenarios
-from funcbwd.studies.matrix import matrix
-from funcbwd.views import display
-from funcbwd.strategies import available
+from funcbwd_lab.run import outcomes, runner, scenarios
+from funcbwd_lab.studies.matrix import matrix
+from funcbwd_lab.views import display
+from funcbwd_lab.strategies import available
 
 display.setup_notebook()
 OP = "topk"
@@ -53,8 +53,8 @@ spec = registry.get_op(OP)
 # ## The verdict
 #
 # Every sample of `topk`, in every scenario, under every strategy
-# (`funcbwd.studies.matrix.matrix.run_matrix(ops=[OP])`, shown in chapter 3), and the verdict
-# `funcbwd.views.display.verdict(OP, results)` generates from it:
+# (`funcbwd_lab.studies.matrix.matrix.run_matrix(ops=[OP])`, shown in chapter 3), and the verdict
+# `funcbwd_lab.views.display.verdict(OP, results)` generates from it:
 
 # %%
 results = matrix.run_matrix(ops=[OP])
@@ -77,7 +77,7 @@ display.verdict(OP, results)
 import torch
 from torch.func import functionalize, vmap
 
-from funcbwd.ops.discussion import value_selecting as L
+from funcbwd_lab.ops.discussion import value_selecting as L
 
 shared = {name: registry.get_op(name).formula for name in ("topk", "sort", "mode")}
 for name, formula in shared.items():
@@ -104,7 +104,7 @@ print("functionalized, under vmap: = per-sample loop")
 # ## 1. The op and its legacy formula
 #
 # The formula below is funcbwd's line-for-line Python re-creation of the C++ backward of early
-# 2022 (in `funcbwd.ops.discussion`, one module per op, beside core's modern formula); the legacy
+# 2022 (in `funcbwd_lab.ops.discussion`, one module per op, beside core's modern formula); the legacy
 # op runs torch's forward and this backward.
 
 # %%
@@ -138,7 +138,7 @@ print(f"status: {failing.status} ({failing.reason}: {outcomes.REASONS[failing.re
 print("error:", failing.error_class + ":", first_line(failing.message, 200))
 
 # %% [markdown]
-# The dispatch-key trace of that cell (`funcbwd.studies.trace.trace.trace`): each torch call the formula made,
+# The dispatch-key trace of that cell (`funcbwd_lab.studies.trace.trace.trace`): each torch call the formula made,
 # the functorch interpreter stack, each tensor argument's wrapper chain, and how vmap handles the
 # op. The failing call is marked. Only the last formula call is shown (the one that failed;
 # `vmap_all_args` calls the formula once per in_dims choice).
@@ -152,7 +152,7 @@ assert t.status == failing.status and t.reason == failing.reason
 # %% [markdown]
 # ## 3. Every strategy in every scenario
 #
-# The run the verdict above comes from (`funcbwd.studies.matrix.matrix.run_matrix(ops=[OP])`):
+# The run the verdict above comes from (`funcbwd_lab.studies.matrix.matrix.run_matrix(ops=[OP])`):
 # every sample of the op, in every scenario, under every strategy, each compared with a per-sample
 # loop over plain autograd (atol = rtol = 1e-4). A cell shows the worst sample; `k/n` is how many
 # samples passed.
@@ -182,7 +182,7 @@ print("no fallback:", ", ".join(st for st in ran if st not in fallback) or "(non
 # %% [markdown]
 # ## 4. The formula's graph: plain -> functionalized -> elided
 #
-# `funcbwd.studies.graphs.graphs.capture` traces the formula with `make_fx` for the op's first sample: as
+# `funcbwd_lab.studies.graphs.graphs.capture` traces the formula with `make_fx` for the op's first sample: as
 # written (`plain`), under `torch.func.functionalize` (what `per_formula` runs) and after the FX
 # pass that elides functionalization's `aten.copy` (what `traced` runs).
 
@@ -216,7 +216,7 @@ for vmapped in (False, True):
 # %% [markdown]
 # ## 5. Overhead and copies, measured
 #
-# From the saved quick benchmark (`python -m funcbwd bench --quick --out data/bench-quick.json --force`):
+# From the saved quick benchmark (`python -m funcbwd_lab bench --quick --out data/bench-quick.json --force`):
 # timings are machine-dependent, so only the charts show them (as ratios) and they are not compared
 # by the notebook tests.
 
@@ -224,8 +224,8 @@ for vmapped in (False, True):
 BENCH = os.path.join("..", "data", "bench-quick.json")
 saved_bench = None
 if os.path.exists(BENCH):
-    from funcbwd.studies.bench import results as bench_results
-    from funcbwd.studies.bench import charts as plots
+    from funcbwd_lab.studies.bench import results as bench_results
+    from funcbwd_lab.studies.bench import charts as plots
 
     saved_bench = bench_results.load(BENCH)
     for metric in ("ratio_vs_handfixed", "ratio_vs_builtin", "speedup_vs_loop"):

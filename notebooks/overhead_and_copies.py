@@ -22,9 +22,9 @@
 # asked: "how bad is the performance overhead for functionalization, really?"
 #
 # Two kinds of evidence here:
-# - **copies**, counted from the formulas' FX graphs by `funcbwd.studies.graphs.graphs.copy_table`, computed live
+# - **copies**, counted from the formulas' FX graphs by `funcbwd_lab.studies.graphs.graphs.copy_table`, computed live
 #   (deterministic, so the notebook tests compare them);
-# - **time and memory**, from a saved benchmark (`python -m funcbwd bench --quick --out
+# - **time and memory**, from a saved benchmark (`python -m funcbwd_lab bench --quick --out
 #   data/bench-quick.json`), shown as ratios measured within one run (machine-dependent, so their
 #   cells are not compared).
 
@@ -35,9 +35,9 @@ import os
 # timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from funcbwd.studies.graphs import graphs
-from funcbwd.ops import registry
-from funcbwd.views import display
+from funcbwd_lab.studies.graphs import graphs
+from funcbwd_lab.ops import registry
+from funcbwd_lab.views import display
 
 display.setup_notebook()
 BENCH = os.path.join("..", "data", "bench-quick.json")
@@ -89,16 +89,16 @@ assert all(by[(op, "traced")]["copies"] <= by[(op, "functionalized")]["copies"] 
 # %% tags=["nbval-ignore-output"]
 saved_bench = None
 if os.path.exists(BENCH):
-    from funcbwd.studies.bench import results as bench_results
-    from funcbwd.studies.bench import text as bench_text
-    from funcbwd.studies.bench import charts as plots
+    from funcbwd_lab.studies.bench import results as bench_results
+    from funcbwd_lab.studies.bench import text as bench_text
+    from funcbwd_lab.studies.bench import charts as plots
 
     saved_bench = bench_results.load(BENCH)
     figures = plots.all_figures(saved_bench)
     print(bench_text.format_summary(saved_bench))
 else:
     figures = {}
-    print(f"no saved bench results at {BENCH}; run: python -m funcbwd bench --quick --out data/bench-quick.json")
+    print(f"no saved bench results at {BENCH}; run: python -m funcbwd_lab bench --quick --out data/bench-quick.json")
 
 # %% tags=["nbval-ignore-output"]
 for name in ("ratio_vs_handfixed", "ratio_vs_builtin", "speedup_vs_loop"):
@@ -112,7 +112,7 @@ for name in ("ratio_vs_handfixed", "ratio_vs_builtin", "speedup_vs_loop"):
 # functional formula must. At large inputs it can do more: under vmap, `grad.new_zeros(sizes)` is
 # a batched tensor of zeros, and `diagonal_scatter` / `index_add` then write a copy of all of it,
 # where the functionalized legacy formula scatters into unbatched zeros. Computed from the same
-# run (`funcbwd.studies.bench.results.reference_check`): at each op and size, traced and builtin
+# run (`funcbwd_lab.studies.bench.results.reference_check`): at each op and size, traced and builtin
 # against handfixed over batch >= 64; handfixed is *not the floor* where a functional formula is
 # faster beyond the run's noise at every such batch.
 
@@ -156,8 +156,8 @@ for name in ("copies", "memory"):
 #
 # One cell's batched backward (`vmap(vjp_fn)` over 64 cotangents of diag), broken into Python in
 # funcbwd's own strategy code, vmap dispatch and slow fallback, and aten kernel time
-# (`python -m funcbwd profile diag --strategy S`), read from the profile section the same saved
-# benchmark run measured (`funcbwd.studies.bench.profile_section`; profiling here would store a live timing
+# (`python -m funcbwd_lab profile diag --strategy S`), read from the profile section the same saved
+# benchmark run measured (`funcbwd_lab.studies.bench.profile_section`; profiling here would store a live timing
 # that changes on every run). `per_formula` pays vmap's per-sample fallback for `aten::copy`;
 # `traced` has no fallback left, and most of what remains is torch's own Python around `vmap` and
 # `vjp`, paid by every strategy alike.
@@ -165,8 +165,8 @@ for name in ("copies", "memory"):
 # %% tags=["nbval-ignore-output"]
 breakdowns = {}
 if saved_bench is not None:
-    from funcbwd.studies.bench import profile_section as bench_profile
-    from funcbwd.studies.bench import profile
+    from funcbwd_lab.studies.bench import profile_section as bench_profile
+    from funcbwd_lab.studies.bench import profile
 
     breakdowns = bench_profile.breakdowns(saved_bench)
     for st, b in breakdowns.items():

@@ -20,9 +20,9 @@
 # `funcbwd.vmap` / `funcbwd.allow_inplace()`, which need no change to the code: torch's own vmap
 # first, and only where that raises an in-place error a mode that makes a tensor batched when a
 # per-sample value is first written into it (functorch#1025's "lazy" option). It is measured on
-# 40 cases re-created from public libraries (`lib/funcbwd/studies/yourcode/cases/`). Then the
+# 40 cases re-created from public libraries (`lib/funcbwd_lab/studies/yourcode/cases/`). Then the
 # decorator, `funcbwd.functionalized` (the workbench's `traced` recommendation as a tool), on
-# the public reports it was built on (`lib/funcbwd/studies/yourcode/issue_cases.py`), each result
+# the public reports it was built on (`lib/funcbwd_lab/studies/yourcode/issue_cases.py`), each result
 # checked against a per-sample loop of the function as written and against torch's own gradient
 # of an out-of-place rewrite; what `python -m funcbwd doctor` says, the cache's bound, and the
 # saved measurements.
@@ -38,7 +38,7 @@ import warnings
 import torch
 
 import funcbwd
-from funcbwd.studies.yourcode import issue_cases as cases
+from funcbwd_lab.studies.yourcode import issue_cases as cases
 
 warnings.simplefilter("ignore")
 torch.manual_seed(0)
@@ -52,9 +52,9 @@ print(f"torch {torch.__version__}; {len(cases.CASES)} cases; transforms: {', '.j
 # batch the mask's dynamic shape; `funcbwd.vmap` runs the code as written.
 
 # %%
-from funcbwd.studies.yourcode.cases import CASES
-from funcbwd.studies.yourcode.check import run_cell
-from funcbwd.studies.yourcode.case import identity
+from funcbwd_lab.studies.yourcode.cases import CASES
+from funcbwd_lab.studies.yourcode.check import run_cell
+from funcbwd_lab.studies.yourcode.case import identity
 
 sqrt_case = CASES["pytorch3d:_sqrt_positive_part"]
 print(inspect.getsource(sqrt_case.fn(identity)))
@@ -90,7 +90,7 @@ for name in ("pytorch3d:_sqrt_positive_part", "entmax:SparsemaxFunction"):
 # %% [markdown]
 # ## On 40 cases from public libraries
 #
-# The saved run (`data/yourcode-corpus.json`, `python -m funcbwd.studies.yourcode.run`): every
+# The saved run (`data/yourcode-corpus.json`, `python -m funcbwd_lab.studies.yourcode.run`): every
 # case under every transform with each mechanism: plain torch.func, the decorator, the two
 # options of functorch#1025 (factories batched at once, as a prototype; lazy promotion) and the
 # shipped mode (plain first). Rendered from the saved data; the tests re-run the plain and mode
@@ -102,14 +102,14 @@ from pathlib import Path
 
 from IPython.display import Markdown
 
-from funcbwd.views import corpus as corpus_view
+from funcbwd_lab.views import corpus as corpus_view
 
 saved = json.loads((Path("..") / "data" / "yourcode-corpus.json").read_text())
 Markdown(corpus_view.markdown(saved))
 
 # %% [markdown]
 # What each mechanism costs where it fixes, in time and peak memory, against the hand rewrite
-# (`data/yourcode-cost.json`, `python -m funcbwd.studies.yourcode.cost`: vmap(vjp) and
+# (`data/yourcode-cost.json`, `python -m funcbwd_lab.studies.yourcode.cost`: vmap(vjp) and
 # vmap(jacrev) at batch 64 and 512, interleaved thread-CPU timings on a shared 2-core machine;
 # peak memory from torch's profiler allocation events). Rendered from the saved data; each target
 # says met or missed.
@@ -234,10 +234,10 @@ from funcbwd.doctor import report
 
 args = (torch.randn(5, 6), torch.randn(5, 6))
 rows = report.diagnose(cases.zeros_then_item_assignment, args, ["vmap", "jacrev", "jacfwd"])
-text = report.render("funcbwd.studies.yourcode.issue_cases:zeros_then_item_assignment", rows,
+text = report.render("funcbwd_lab.studies.yourcode.issue_cases:zeros_then_item_assignment", rows,
                      report.graph_diff(cases.zeros_then_item_assignment, args))
 print(text)
-assert "lib/funcbwd/studies/yourcode/issue_cases.py:" in text
+assert "lib/funcbwd_lab/studies/yourcode/issue_cases.py:" in text
 assert "mat[0, 0] = mat[0, 1] + x[0, 0]" in text
 assert all(r.wrapped.ok for r in rows) and not rows[0].plain.ok
 
@@ -260,7 +260,7 @@ assert (info.misses, info.currsize, info.maxsize) == (10, 4, 4)
 # %% [markdown]
 # ## Cost, first call and memory (saved measurements)
 #
-# From `data/yourcode-bench.json` (`funcbwd.studies.yourcode.bench.run`, paired interleaved
+# From `data/yourcode-bench.json` (`funcbwd_lab.studies.yourcode.bench.run`, paired interleaved
 # timings on a shared 2-core machine; regenerate with the command in docs/your-code.md). The cost
 # is the batched `vmap(vjp)` of the wrapped function over the out-of-place hand rewrite. First
 # calls are measured in fresh processes; torch's own first-call costs (functionalization's meta
@@ -271,7 +271,7 @@ assert (info.misses, info.currsize, info.maxsize) == (10, 4, 4)
 import json
 from pathlib import Path
 
-from funcbwd.studies.yourcode import bench
+from funcbwd_lab.studies.yourcode import bench
 
 saved = json.loads(Path("../data/yourcode-bench.json").read_text())
 print(bench.render(saved))

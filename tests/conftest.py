@@ -35,7 +35,7 @@ def test_ops_matrix():
     """One fresh run of the saved matrix (8 test ops x every sample, scenario and strategy), shared
     by every test that needs it (tests/test_readme.py, tests/test_expectations.py): about a minute,
     paid once per session."""
-    from funcbwd.studies.matrix import matrix
+    from funcbwd_lab.studies.matrix import matrix
 
     return matrix.run_test_ops(slow=False)
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from funcbwd import legacy
-from funcbwd.ops import registry
-from funcbwd.studies.matrix import matrix
+from funcbwd_lab import legacy
+from funcbwd_lab.ops import registry
+from funcbwd_lab.studies.matrix import matrix
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "adding-a-formula.md"
 

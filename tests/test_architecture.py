@@ -13,14 +13,20 @@ import ast
 import functools
 from pathlib import Path
 
-LIB = Path(__file__).resolve().parents[1] / "lib" / "funcbwd"
+LIB = Path(__file__).resolve().parents[1] / "lib"
+TOOL, WORKBENCH = "funcbwd", "funcbwd_lab"
 
 #: Bottom to top: units (top-level packages or modules, or study packages). A module may import
-#: its own unit, units of lower layers, and units of its own layer in one direction only.
+#: its own unit, units of lower layers, and units of its own layer in one direction only. The
+#: tool's units (``funcbwd.*``) are the bottom; the workbench's (named without their package) sit
+#: on them.
 LAYERS = [
-    {"errors", "internals", "progress", "tables", "command", "figstyle", "parallel"},
+    {"funcbwd.errors", "funcbwd.internals", "funcbwd.compare", "funcbwd.tolerances"},
+    {"funcbwd.fx"},
+    {"funcbwd.tool"},
+    {"funcbwd.doctor"},
+    {"progress", "tables", "command", "figstyle", "parallel"},
     {"batching", "fx"},
-    {"tool"},
     {"ops"},
     {"strategies"},
     {"run"},
@@ -29,20 +35,22 @@ LAYERS = [
     {"studies.bench"},
     {"studies.coverage", "studies.deletable", "studies.findings", "studies.compiled",
      "studies.yourcode", "studies.bad_input"},
-    {"studies.review", "doctor"},
+    {"studies.review"},
     {"views"},
     {"cli"},
 ]
 RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 MAX_LINES = 450
-FACADE = ("funcbwd", "funcbwd.__main__")  # the public face imports everything, lazily
+#: the public faces import everything, lazily
+FACADE = ("funcbwd", "funcbwd.__main__", "funcbwd_lab", "funcbwd_lab.__main__")
 
 
 def _modules() -> dict[str, Path]:
     mods = {}
-    for p in LIB.rglob("*.py"):
-        rel = p.relative_to(LIB.parent).with_suffix("")
-        mods[".".join(rel.parts).removesuffix(".__init__")] = p
+    for package in (TOOL, WORKBENCH):
+        for p in (LIB / package).rglob("*.py"):
+            rel = p.relative_to(LIB).with_suffix("")
+            mods[".".join(rel.parts).removesuffix(".__init__")] = p
     return mods
 
 
@@ -80,8 +88,13 @@ def _graph() -> dict[str, set[str]]:
 
 
 def unit_of(module: str) -> str | None:
-    """The layer unit of ``funcbwd.a.b.c``: the longest ``a.b`` / ``a`` that is a unit."""
-    parts = module.split(".")[1:]
+    """The layer unit of ``funcbwd_lab.a.b.c``: the longest ``a.b`` / ``a`` that is a
+    unit; of the tool's ``funcbwd.a.b``: ``funcbwd.a``."""
+    head, _, rest = module.partition(".")
+    if head == TOOL:
+        unit = f"{TOOL}.{rest.split('.')[0]}"
+        return unit if unit in RANK else None
+    parts = rest.split(".")
     for n in range(len(parts), 0, -1):
         if ".".join(parts[:n]) in RANK:
             return ".".join(parts[:n])
@@ -95,8 +108,10 @@ def upward(graph: dict[str, set[str]]) -> list[str]:
             continue
         here = unit_of(mod)
         for dep in deps:
-            if dep == "funcbwd":
-                out.append(f"{mod} -> funcbwd (the facade)")
+            if dep in FACADE and not (dep == TOOL and mod.startswith(WORKBENCH + ".")):
+                out.append(f"{mod} -> {dep} (the facade)")
+            elif dep in FACADE:
+                continue  # the workbench uses the tool's public names
             elif RANK[unit_of(dep)] > RANK[here]:
                 out.append(f"{mod} -> {dep}")
     return sorted(out)
@@ -157,7 +172,7 @@ def test_an_import_of_a_moved_module_is_caught():
     mods = _modules()
     src = "def f():\n    from funcbwd.measure.review_text import COSTS_ELSEWHERE\n"
     assert unresolved(src, mods) == ["funcbwd.measure.review_text"]
-    assert unresolved("from funcbwd.studies.bench import text\n", mods) == []
+    assert unresolved("from funcbwd_lab.studies.bench import text\n", mods) == []
 
 
 def test_every_module_belongs_to_a_layer():
@@ -171,10 +186,10 @@ def test_no_import_points_up_a_layer():
 
 def test_the_layer_rule_can_fail():
     g = _graph()
-    g["funcbwd.ops.registry"] = g["funcbwd.ops.registry"] | {"funcbwd.run.runner"}
-    assert "funcbwd.ops.registry -> funcbwd.run.runner" in upward(g)
-    g["funcbwd.studies.matrix.matrix"] = g["funcbwd.studies.matrix.matrix"] | {"funcbwd.studies.review.review"}
-    assert "funcbwd.studies.matrix.matrix -> funcbwd.studies.review.review" in upward(g)
+    g["funcbwd_lab.ops.registry"] = g["funcbwd_lab.ops.registry"] | {"funcbwd_lab.run.runner"}
+    assert "funcbwd_lab.ops.registry -> funcbwd_lab.run.runner" in upward(g)
+    g["funcbwd_lab.studies.matrix.matrix"] = g["funcbwd_lab.studies.matrix.matrix"] | {"funcbwd_lab.studies.review.review"}
+    assert "funcbwd_lab.studies.matrix.matrix -> funcbwd_lab.studies.review.review" in upward(g)
 
 
 def test_no_back_and_forth_within_a_layer():
@@ -183,17 +198,17 @@ def test_no_back_and_forth_within_a_layer():
 
 def test_the_back_and_forth_rule_can_fail():
     g = _graph()
-    g["funcbwd.studies.coverage.sweep"] = g["funcbwd.studies.coverage.sweep"] | {"funcbwd.studies.deletable.deletable"}
-    g["funcbwd.studies.deletable.deletable"] = g["funcbwd.studies.deletable.deletable"] | {"funcbwd.studies.coverage.opinfo"}
+    g["funcbwd_lab.studies.coverage.sweep"] = g["funcbwd_lab.studies.coverage.sweep"] | {"funcbwd_lab.studies.deletable.deletable"}
+    g["funcbwd_lab.studies.deletable.deletable"] = g["funcbwd_lab.studies.deletable.deletable"] | {"funcbwd_lab.studies.coverage.opinfo"}
     assert "studies.coverage <-> studies.deletable" in back_and_forth(g)
 
 
 def test_module_name_strings_are_edges():
     # a lazy registry of module paths is an import the rules must see (the strategy registry is one)
     mods = _modules()
-    src = 'import importlib\ndef f():\n    return importlib.import_module("funcbwd.run.runner")\n'
-    assert "funcbwd.run.runner" in imports_of("funcbwd.ops.fake", src, mods)
-    assert "funcbwd.strategies.traced" in _graph()["funcbwd.strategies.registry"]
+    src = 'import importlib\ndef f():\n    return importlib.import_module("funcbwd_lab.run.runner")\n'
+    assert "funcbwd_lab.run.runner" in imports_of("funcbwd_lab.ops.fake", src, mods)
+    assert "funcbwd_lab.strategies.traced" in _graph()["funcbwd_lab.strategies.registry"]
 
 
 def test_no_import_cycle():
@@ -203,12 +218,12 @@ def test_no_import_cycle():
 
 def test_the_cycle_check_can_fail_also_through_a_package_init():
     g = _graph()
-    g["funcbwd.ops.registry"] = g["funcbwd.ops.registry"] | {"funcbwd.studies.matrix.matrix"}
+    g["funcbwd_lab.ops.registry"] = g["funcbwd_lab.ops.registry"] | {"funcbwd_lab.studies.matrix.matrix"}
     assert cycles(g), "a deliberately added cycle was not detected"
     # an __init__ edge: a strategy module importing its package (whose __init__ imports it back)
     g = _graph()
-    g["funcbwd.strategies.base"] = g["funcbwd.strategies.base"] | {"funcbwd.strategies"}
-    assert any("funcbwd.strategies" in c and "funcbwd.strategies.base" in c for c in cycles(g))
+    g["funcbwd_lab.strategies.base"] = g["funcbwd_lab.strategies.base"] | {"funcbwd_lab.strategies"}
+    assert any("funcbwd_lab.strategies" in c and "funcbwd_lab.strategies.base" in c for c in cycles(g))
 
 
 #: Modules still over MAX_LINES, each with who is splitting it. An entry whose module has shrunk
@@ -232,3 +247,22 @@ def test_modules_stay_small():
 def test_the_size_check_can_fail():
     # Mutation: a limit every module exceeds must report every module.
     assert set(_oversized(-1)) == set(_modules())
+
+
+def tool_imports_of_the_workbench(graph: dict[str, set[str]]) -> list[str]:
+    """Edges from the tool (``funcbwd``: what ``pip install funcbwd`` is for) into the workbench."""
+    return sorted(f"{m} -> {d}" for m, ds in graph.items() if m.split(".")[0] == TOOL
+                  for d in ds if d.split(".")[0] == WORKBENCH)
+
+
+def test_the_tool_never_imports_the_workbench():
+    found = tool_imports_of_the_workbench(_graph())
+    assert found == [], "the tool imports the workbench:\n" + "\n".join(found)
+
+
+def test_the_tool_workbench_rule_can_fail():
+    # Mutation: the in-place mode reaching up into a study.
+    g = _graph()
+    g["funcbwd.tool.inplace"] = g["funcbwd.tool.inplace"] | {"funcbwd_lab.studies.yourcode.run"}
+    assert tool_imports_of_the_workbench(g) == [
+        "funcbwd.tool.inplace -> funcbwd_lab.studies.yourcode.run"]

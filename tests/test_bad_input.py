@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from funcbwd.studies.bad_input import cases as bad_input
-from funcbwd.views import readme
+from funcbwd_lab.studies.bad_input import cases as bad_input
+from funcbwd_lab.views import readme
 
 TABLE_HOME = Path(__file__).resolve().parents[1] / readme.HOMES["bad-input"]
 
@@ -32,6 +32,6 @@ def test_readme_table_is_generated_from_the_cases(outcomes):
 
 
 def test_debug_flag_shows_the_traceback():
-    p = subprocess.run([sys.executable, "-m", "funcbwd", "--debug", "matrix", "--ops", "dig"],
+    p = subprocess.run([sys.executable, "-m", "funcbwd_lab", "--debug", "matrix", "--ops", "dig"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "Traceback" in p.stderr and "UnknownNameError" in p.stderr

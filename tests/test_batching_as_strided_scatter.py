@@ -1,4 +1,4 @@
-"""funcbwd.batching.as_strided_scatter: the scoped vmap rule for ``aten::as_strided_scatter``.
+"""funcbwd_lab.batching.as_strided_scatter: the scoped vmap rule for ``aten::as_strided_scatter``.
 
 Every batched result is compared with torch's own unbatched op run sample by sample (the
 contract in the module docstring); deliberately broken rules must fail the same comparison; and
@@ -17,17 +17,17 @@ from torch.autograd.gradcheck import GradcheckError
 from torch.func import functionalize, vjp, vmap
 
 from funcbwd import internals
-from funcbwd.batching.as_strided_scatter import (
+from funcbwd_lab.batching.as_strided_scatter import (
     OP,
     as_strided_scatter_batch_rule,
     as_strided_scatter_rule_active,
     batched_as_strided_scatter_rule,
 )
 
-try:  # the copy rule is moving into funcbwd.batching during the reorganization
-    from funcbwd.batching.copy import batched_copy_rule
+try:  # the copy rule is moving into funcbwd_lab.batching during the reorganization
+    from funcbwd_lab.batching.copy import batched_copy_rule
 except ImportError:  # pragma: no cover - before the move
-    from funcbwd.batching.copy import batched_copy_rule
+    from funcbwd_lab.batching.copy import batched_copy_rule
 
 B = 3
 NO_RULE = "as_strided_scatter requires special handling"
@@ -395,7 +395,7 @@ def test_functionalized_vjp_of_targets_matches_the_loop_with_no_fallback(target_
 # `copy` (native/Copy.cpp) keeps dst's strides and storage offset; a copy rule that returns src's
 # layout instead is right while everything is batched at dim 0 and silently wrong for a cotangent
 # batched at its last dim (per-sample strides (..., B)): circular pad's vjp mismatched the loop.
-from funcbwd.strategies.traced_backward import TracedBackward  # noqa: E402
+from funcbwd_lab.strategies.traced_backward import TracedBackward  # noqa: E402
 
 ATEN_COPY = torch.ops.aten.copy.default
 OPERAND_DIMS = (0, -1, None)
@@ -441,7 +441,7 @@ def test_copy_rule_keeps_dst_layout_for_batch_last_operands(dd, sd):
     """vmap(aten::copy) then as_strided at absolute geometry == upstream copy per sample, for
     each batch-last (dst, src) pair and each read-back view; the previous rule (src's layout)
     fails at least one view of every pair."""
-    from funcbwd.batching.copy import batched_copy_rule as rule
+    from funcbwd_lab.batching.copy import batched_copy_rule as rule
     dst, src = _operand(dd, 20), _operand(sd, 21)
     old_failed = []
     for size, stride, off in READ_VIEWS:
@@ -463,7 +463,7 @@ def test_copy_rule_keeps_dst_layout_for_batch_last_operands(dd, sd):
 @pytest.mark.parametrize("sd", [-1, 0])
 def test_copy_rule_keeps_a_transposed_dense_dst_layout(sd):
     """A dense dst whose samples are transposed (the rule's no-scatter path) keeps its strides."""
-    from funcbwd.batching.copy import batched_copy_rule as rule
+    from funcbwd_lab.batching.copy import batched_copy_rule as rule
     dst = torch.randn(B, 4, 3, generator=_gen(22)).transpose(1, 2)  # (B, 3, 4), strides (12, 1, 3)
     src = _operand(sd, 23)
     with rule():  # the values (a wrong stride order garbles them) and the storage order
@@ -502,7 +502,7 @@ def test_copy_then_scatter_then_read_with_batch_last_operands(dd, sd):
 def test_copy_rule_broadcasts_casts_and_clones_an_overlapping_dst():
     dst = torch.randn(B, 3, 1, generator=_gen(40)).expand(B, 3, 4)  # overlaps itself
     src = torch.randn(4, B, dtype=torch.float64, generator=_gen(41))  # batch-last, broadcast
-    from funcbwd.batching.copy import batched_copy_rule as rule
+    from funcbwd_lab.batching.copy import batched_copy_rule as rule
     with rule():
         out = vmap(ATEN_COPY, in_dims=(0, -1))(dst, src)
         read = vmap(lambda d, s: ATEN_COPY(d, s).as_strided((2, 2), (4, 1), 5),
@@ -570,7 +570,7 @@ def test_traced_backward_over_batch_last_cotangents():
 
 
 def _trace_graph(f, *primals):
-    from funcbwd.strategies.traced_backward import trace_backward
+    from funcbwd_lab.strategies.traced_backward import trace_backward
     out, vjp_fn = vjp(f, *primals)
     gm, _ = trace_backward(vjp_fn, tuple(torch.zeros_like(o) for o in out))
     return gm

@@ -1,4 +1,4 @@
-"""The bench (funcbwd.studies.bench.bench*, timing), its charts (funcbwd.studies.bench.charts) and README block,
+"""The bench (funcbwd_lab.studies.bench.bench*, timing), its charts (funcbwd_lab.studies.bench.charts) and README block,
 and the scoped aten::copy vmap rule: the ratio, target and interval math on synthetic samples
 (each with a mutation that flips its verdict), the harness on a tiny config. Never a timing
 threshold: no assertion depends on how fast anything ran."""
@@ -16,20 +16,21 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from funcbwd import cli, internals
-from funcbwd.batching.copy import batched_copy_rule, copy_rule_active
-from funcbwd.studies.bench import cli as bench_cli
+from funcbwd import internals
+from funcbwd_lab import cli
+from funcbwd_lab.batching.copy import batched_copy_rule, copy_rule_active
+from funcbwd_lab.studies.bench import cli as bench_cli
 from funcbwd.errors import BadInputError, UnknownNameError
-from funcbwd.studies.bench import bench
-from funcbwd.studies.bench import inputs as bench_inputs
-from funcbwd.studies.bench import results as bench_results
-from funcbwd.studies.bench import text as bench_text
-from funcbwd.studies.bench import timing
-from funcbwd.studies.bench.config import COPY_RULE, NO_STRATEGY, NOOP_HOOK, SCHEMA, BenchConfig
-from funcbwd.ops import registry
-from funcbwd.run import runner
-from funcbwd.views import readme
-from funcbwd.studies.bench import charts as plots
+from funcbwd_lab.studies.bench import bench
+from funcbwd_lab.studies.bench import inputs as bench_inputs
+from funcbwd_lab.studies.bench import results as bench_results
+from funcbwd_lab.studies.bench import text as bench_text
+from funcbwd_lab.studies.bench import timing
+from funcbwd_lab.studies.bench.config import COPY_RULE, NO_STRATEGY, NOOP_HOOK, SCHEMA, BenchConfig
+from funcbwd_lab.ops import registry
+from funcbwd_lab.run import runner
+from funcbwd_lab.views import readme
+from funcbwd_lab.studies.bench import charts as plots
 
 
 # ------------------------------------------------------------------------------ synthetic results
@@ -276,7 +277,7 @@ def test_readme_block_is_computed_from_the_result():
     assert "| diag | `per_formula+copy_rule` | 0.77x | 1.15x |" in text
     for t in bench_results.targets(res):
         assert f"- {bench_text.target_line(t)}" in text
-    assert "not resolved at this noise" in text and "python -m funcbwd bench --quick --out" in text
+    assert "not resolved at this noise" in text and "python -m funcbwd_lab bench --quick --out" in text
     slow = copy.deepcopy(res)  # mutation: the block follows the data
     _row(slow["batched"], batch=64, label=COPY_RULE)["samples"] = [6.0]
     assert "| diag | `traced` |" in readme.bench_markdown(slow)

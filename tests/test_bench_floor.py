@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from funcbwd.studies.bench import profile_section as bench_profile
-from funcbwd.studies.bench import results as bench_results
-from funcbwd.studies.bench import text as bench_text
-from funcbwd import figstyle
-from funcbwd.studies.bench import charts as plots
+from funcbwd_lab.studies.bench import profile_section as bench_profile
+from funcbwd_lab.studies.bench import results as bench_results
+from funcbwd_lab.studies.bench import text as bench_text
+from funcbwd_lab import figstyle
+from funcbwd_lab.studies.bench import charts as plots
 from test_bench import _rec, _row, _synthetic
 
 

@@ -360,7 +360,7 @@ def _drive(page, base: str, notebook: str, timings: dict[str, float], t0: float)
 
     # The explorer: ipywidgets dropdowns; the op dropdown is the one offering catalog ops.
     page.wait_for_selector(".jupyter-widgets .widget-dropdown select", timeout=30_000)
-    from funcbwd.ops import registry
+    from funcbwd_lab.ops import registry
 
     op_names = set(registry.op_names())
     selects = page.locator(".widget-dropdown select")
@@ -459,7 +459,7 @@ def open_tab(page, title: str) -> dict:
 def check_panels_open_on_their_content(page) -> None:
     """Each tab, clicked, shows its panel right under the tab bar with its first line on screen,
     the panel no taller than its content (no empty box), and no word cut mid-word at WIDTH."""
-    from funcbwd.views.widgets import PANEL_TITLES
+    from funcbwd_lab.views.widgets import PANEL_TITLES
 
     for i, title in enumerate(PANEL_TITLES):
         seen = open_tab(page, title)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from funcbwd.studies.coverage import data
-from funcbwd.studies.review import budget_rerun
+from funcbwd_lab.studies.coverage import data
+from funcbwd_lab.studies.review import budget_rerun
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

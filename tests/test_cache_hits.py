@@ -1,5 +1,5 @@
 """Objection 7 (issue 28): the functionalized cache's hit rates on call sequences
-(funcbwd.studies.review.cache_hits, saved in data/review-cache-hits.json). The saved training-loop
+(funcbwd_lab.studies.review.cache_hits, saved in data/review-cache-hits.json). The saved training-loop
 numbers are a fresh run; the finding is pinned: a float scalar that changes per call misses on
 every call, the same value as a 0-dim tensor misses once."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from funcbwd.studies.review import cache_hits
+from funcbwd_lab.studies.review import cache_hits
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -43,9 +43,9 @@ def test_bounded_caches_change_no_result_of_the_traced_evidence():
     every call) equals the saved unbounded run; a fresh maxsize=1 run of diag agrees."""
     import json
 
-    from funcbwd.studies.matrix import matrix
-    from funcbwd.studies.matrix.records import stable_records
-    from funcbwd.studies.review import cache_bound
+    from funcbwd_lab.studies.matrix import matrix
+    from funcbwd_lab.studies.matrix.records import stable_records
+    from funcbwd_lab.studies.review import cache_bound
 
     saved = cache_bound.load(DATA)
     assert saved is not None and saved["schema"] == cache_bound.SCHEMA

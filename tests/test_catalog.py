@@ -6,9 +6,10 @@ import pytest
 import torch
 
 import funcbwd
-from funcbwd import legacy
-from funcbwd.ops import registry
-from funcbwd.run import scenario as scenarios
+import funcbwd_lab
+from funcbwd_lab import legacy
+from funcbwd_lab.ops import registry
+from funcbwd_lab.run import scenario as scenarios
 from funcbwd.errors import UnknownNameError
 
 ALL = [(op.name, s) for op in registry.all_ops() for s in op.samples()]
@@ -69,7 +70,7 @@ def test_loop_reference_against_hand_computed_gradient():
     """The per-sample loop itself: diag's gradient is the cotangent placed on the k-th diagonal."""
     spec = registry.get_op("diag")
     sample = spec.sample("3x5 k=1")
-    plain = funcbwd.get_strategy("plain")
+    plain = funcbwd_lab.get_strategy("plain")
     ct = torch.arange(3.0)
     (g,) = scenarios.loop_vjp(spec, plain, sample.args, sample.diff, [ct])
     expected = torch.zeros(3, 5)

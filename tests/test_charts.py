@@ -1,8 +1,8 @@
 """Every chart the notebooks and the report draw reads well at 1280 px: built from the saved data
-(the same calls the notebooks and ``funcbwd.views.report`` make), each is checked from its layout
-by :func:`funcbwd.figstyle.layout_problems`: no annotation without text (plotly draws its
+(the same calls the notebooks and ``funcbwd_lab.views.report`` make), each is checked from its layout
+by :func:`funcbwd_lab.figstyle.layout_problems`: no annotation without text (plotly draws its
 "new text" placeholder there), no title wider than its room at the width a 1280 px screen gives a
-figure (:data:`funcbwd.figstyle.SCREEN_WIDTH`), and room between panels for the tick labels,
+figure (:data:`funcbwd_lab.figstyle.SCREEN_WIDTH`), and room between panels for the tick labels,
 axis titles and subplot titles that sit there. Mutations prove each check can fail.
 
 Fast (no kernel, no browser): about two seconds.
@@ -19,32 +19,32 @@ import plotly.graph_objects as go
 import pytest
 from plotly.subplots import make_subplots
 
-from funcbwd import figstyle
+from funcbwd_lab import figstyle
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
 
 
 def _bench():
-    from funcbwd.studies.bench import results as bench_results
+    from funcbwd_lab.studies.bench import results as bench_results
 
     return bench_results.load(str(DATA / "bench-quick.json"))
 
 
 def charts() -> dict[str, go.Figure]:
     """Every figure the notebooks and the report show, by where it is shown."""
-    from funcbwd.studies.coverage import charts as coverage_charts
-    from funcbwd.studies.coverage import data as coverage_data
-    from funcbwd.studies.coverage import summary as coverage_summary
-    from funcbwd.studies.bench import profile_section as bench_profile
-    from funcbwd.studies.coverage import cost as coverage_cost
-    from funcbwd.studies.bench import profile
-    from funcbwd.studies.review import review
-    from funcbwd.studies.matrix import records
-    from funcbwd.views import display
-    from funcbwd.studies.review import decision
-    from funcbwd.studies.bench import charts as plots
-    from funcbwd.views.widgets import Explorer
+    from funcbwd_lab.studies.coverage import charts as coverage_charts
+    from funcbwd_lab.studies.coverage import data as coverage_data
+    from funcbwd_lab.studies.coverage import summary as coverage_summary
+    from funcbwd_lab.studies.bench import profile_section as bench_profile
+    from funcbwd_lab.studies.coverage import cost as coverage_cost
+    from funcbwd_lab.studies.bench import profile
+    from funcbwd_lab.studies.review import review
+    from funcbwd_lab.studies.matrix import records
+    from funcbwd_lab.views import display
+    from funcbwd_lab.studies.review import decision
+    from funcbwd_lab.studies.bench import charts as plots
+    from funcbwd_lab.views.widgets import Explorer
 
     bench = _bench()
     out = {f"bench {name}": fig for name, fig in plots.all_figures(bench).items()}
@@ -121,7 +121,7 @@ def test_crowded_panels_are_found():
 
 
 def test_the_bench_chart_would_fail_with_titles_on_every_panel():
-    from funcbwd.studies.bench import charts as plots
+    from funcbwd_lab.studies.bench import charts as plots
 
     fig = copy.deepcopy(plots.ratio_vs_batch(_bench(), "small", "ratio_vs_handfixed"))
     assert not figstyle.layout_problems(fig)

@@ -1,4 +1,4 @@
-"""``python -m funcbwd``: every subcommand is routed to its module under ``funcbwd.cli``, and the
+"""``python -m funcbwd_lab``: every subcommand is routed to its module under ``funcbwd_lab.cli``, and the
 parser (``--help``) and ``import funcbwd`` are built without importing torch."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from funcbwd import cli
+from funcbwd_lab import cli
 
 
 def _imported(code_or_module: list[str]) -> tuple[subprocess.CompletedProcess, set[str]]:
@@ -28,9 +28,9 @@ def _torch_modules(mods: set[str]) -> list[str]:
 
 
 def test_help_does_not_import_torch():
-    p, mods = _imported(["-m", "funcbwd", "--help"])
+    p, mods = _imported(["-m", "funcbwd_lab", "--help"])
     assert p.returncode == 0, p.stderr[-2000:]
-    assert "funcbwd.cli" in mods, "the import-time log did not record the CLI (detector broken?)"
+    assert "funcbwd_lab.cli" in mods, "the import-time log did not record the CLI (detector broken?)"
     assert _torch_modules(mods) == [], f"--help imported torch: {_torch_modules(mods)[:5]}"
     for name in cli.COMMANDS:
         assert f"    {name} " in p.stdout, f"{name} missing from --help"
@@ -39,29 +39,29 @@ def test_help_does_not_import_torch():
 
 def test_the_torch_detector_can_fail():
     # Mutation: a command that does import torch (the registry) must be caught by the same check.
-    p, mods = _imported(["-c", "import funcbwd.cli, funcbwd.ops.registry"])
+    p, mods = _imported(["-c", "import funcbwd_lab.cli, funcbwd_lab.ops.registry"])
     assert p.returncode == 0, p.stderr[-2000:]
     assert "torch" in _torch_modules(mods)
 
 
 def test_import_funcbwd_is_lazy_and_the_facade_still_works():
     code = (
-        "import sys, funcbwd\n"
-        "assert 'torch' not in sys.modules, 'import funcbwd imported torch'\n"
-        "from funcbwd import OpSpec, Sample, register, helpers, legacy\n"
+        "import sys, funcbwd_lab\n"
+        "assert 'torch' not in sys.modules, 'import funcbwd_lab imported torch'\n"
+        "from funcbwd_lab import OpSpec, Sample, register, helpers, legacy\n"
         "assert 'torch' in sys.modules\n"
-        "import funcbwd.ops.registry as r\n"
-        "assert funcbwd.register is r.register and OpSpec is r.OpSpec and Sample is r.Sample\n"
-        "assert helpers.zeros_like_grad is funcbwd.helpers.zeros_like_grad\n"
-        "assert 'diag' in funcbwd.op_names('test') and callable(legacy.diag)\n"
+        "import funcbwd_lab.ops.registry as r\n"
+        "assert funcbwd_lab.register is r.register and OpSpec is r.OpSpec and Sample is r.Sample\n"
+        "assert helpers.zeros_like_grad is funcbwd_lab.helpers.zeros_like_grad\n"
+        "assert 'diag' in funcbwd_lab.op_names('test') and callable(legacy.diag)\n"
         "try:\n"
-        "    funcbwd.no_such_name\n"
+        "    funcbwd_lab.no_such_name\n"
         "except AttributeError as e:\n"
         "    print('attr error:', e)\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
-    assert "attr error: module 'funcbwd' has no attribute 'no_such_name'" in p.stdout
+    assert "attr error: module 'funcbwd_lab' has no attribute 'no_such_name'" in p.stdout
 
 
 def test_every_command_module_has_the_interface():
@@ -151,7 +151,7 @@ def test_every_command_fits_100_columns(argv, capsys, monkeypatch):
 
 def test_the_width_check_can_fail(capsys, monkeypatch):
     # Mutation: cells without spaces that cannot all fit; the same check must see the overflow.
-    from funcbwd.studies.matrix import matrix
+    from funcbwd_lab.studies.matrix import matrix
 
     monkeypatch.setattr(matrix, "cell_text", lambda cell, long=False: "FAIL_0/1_vmap_inplace+fb")
     rc, out, _ = _run(["matrix", "--ops", "diag", "--samples", "first", "--scenarios",
@@ -169,11 +169,11 @@ def test_width_option_narrows_the_output(capsys):
     # a matrix of 8 strategies cannot get under ~90 columns (a column is as wide as its longest
     # word), so narrow widths are best effort there; 100, the default, always fits (above)
     rc, _, err = _run(argv + ["--width", "10"], capsys)
-    assert rc == 2 and "python -m funcbwd ops: error: argument --width: must be at least" in err
+    assert rc == 2 and "python -m funcbwd_lab ops: error: argument --width: must be at least" in err
 
 
 # ------------------------------------------------------------------------------ progress
-MATRIX = [sys.executable, "-m", "funcbwd", "matrix", "--ops", "diag", "--samples", "first",
+MATRIX = [sys.executable, "-m", "funcbwd_lab", "matrix", "--ops", "diag", "--samples", "first",
           "--scenarios", "vmap_cotangents", "--format", "csv"]
 
 
@@ -206,8 +206,8 @@ def test_the_clean_stdout_check_can_fail(capsys, monkeypatch):
     rc, out, err = _run(argv, capsys)
     assert rc == 0 and _csv_is_clean(out, err)
     # Mutation: progress written to stdout; the same check must refuse the output.
-    from funcbwd import command as options
-    from funcbwd.progress import Progress
+    from funcbwd_lab import command as options
+    from funcbwd_lab.progress import Progress
 
     monkeypatch.setattr(options, "progress_of", lambda args, what, total=None: Progress(
         what, total, stream=sys.stdout))
@@ -216,8 +216,8 @@ def test_the_clean_stdout_check_can_fail(capsys, monkeypatch):
 
 
 def test_library_progress_counts_the_matrix_cells():
-    from funcbwd.progress import Progress
-    from funcbwd.studies.matrix import matrix
+    from funcbwd_lab.progress import Progress
+    from funcbwd_lab.studies.matrix import matrix
 
     out = io.StringIO()
     p = Progress("matrix", stream=out, tty=False, interval=0)
@@ -230,12 +230,12 @@ def test_library_progress_counts_the_matrix_cells():
 
 # ------------------------------------------------------------------------------ errors
 def test_a_bad_option_names_the_command_and_shows_its_usage():
-    argv = [sys.executable, "-m", "funcbwd", "matrix", "--ops", "diag", "--batch", "0"]
+    argv = [sys.executable, "-m", "funcbwd_lab", "matrix", "--ops", "diag", "--batch", "0"]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2
-    assert "usage: python -m funcbwd matrix [--ops NAMES" in p.stderr
-    assert "python -m funcbwd matrix: error: unrecognized arguments: --batch 0" in p.stderr
-    assert "usage: python -m funcbwd [-h]" not in p.stderr and "Traceback" not in p.stderr
+    assert "usage: python -m funcbwd_lab matrix [--ops NAMES" in p.stderr
+    assert "python -m funcbwd_lab matrix: error: unrecognized arguments: --batch 0" in p.stderr
+    assert "usage: python -m funcbwd_lab [-h]" not in p.stderr and "Traceback" not in p.stderr
 
 
 def test_the_top_level_parser_alone_would_blame_itself(capsys):
@@ -244,7 +244,7 @@ def test_the_top_level_parser_alone_would_blame_itself(capsys):
     with pytest.raises(SystemExit):
         cli.build_parser(["matrix"]).parse_args(["matrix", "--ops", "diag", "--batch", "0"])
     err = capsys.readouterr().err
-    assert "usage: python -m funcbwd [-h]" in err and "matrix: error" not in err
+    assert "usage: python -m funcbwd_lab [-h]" in err and "matrix: error" not in err
 
 
 @pytest.mark.parametrize("argv, first, listed", [
@@ -255,14 +255,14 @@ def test_the_top_level_parser_alone_would_blame_itself(capsys):
      "valid scenarios, by group"),
     (["graph", "diag", "--from", "functionalised"],
      "unknown form 'functionalised'; did you mean functionalized?", "valid forms: "),
-    (["coverage", "--ops", "atan3"], "unknown OpInfo op 'atan3'; did you mean atan or atanh or atan2?",
+    (["coverage", "--ops", "atan3"], "unknown OpInfo op 'atan3'; did you mean atan or atanh",
      "valid OpInfo ops ("),
     (["matrx"], "invalid choice: 'matrx'; did you mean matrix?", "'deletable',"),
 ])
 def test_a_misspelt_name_gets_suggestions_and_a_short_grouped_list(argv, first, listed, capsys):
     rc, _, err = _run(argv, capsys)
     assert rc == 2
-    where = "python -m funcbwd" + (f" {argv[0]}" if argv[0] in cli.COMMANDS else "")
+    where = "python -m funcbwd_lab" + (f" {argv[0]}" if argv[0] in cli.COMMANDS else "")
     error = err[err.index(f"{where}: error: "):]
     assert error.startswith(f"{where}: error: ") and first in error.splitlines()[0]
     assert listed in error and len(error) < 1000 and _too_wide(err) == []
@@ -270,7 +270,7 @@ def test_a_misspelt_name_gets_suggestions_and_a_short_grouped_list(argv, first, 
 
 def test_library_callers_get_the_same_error():
     from funcbwd.errors import UnknownNameError
-    from funcbwd.run import runner
+    from funcbwd_lab.run import runner
 
     with pytest.raises(UnknownNameError) as e:
         runner.run("dig", "jacrev", "plain")
@@ -282,10 +282,10 @@ def test_library_callers_get_the_same_error():
 def test_the_matrix_table_fits_100_columns_in_its_worst_case():
     # Every cell at its widest text (a failure with the longest reason code and a fallback, a
     # pass without the mechanism and with a fallback), 8 strategies, the longest scenario name.
-    from funcbwd.studies.matrix import matrix
-    from funcbwd.run.scenarios import SCENARIO_NAMES as ALL_SCENARIO_NAMES
-    from funcbwd.run.runner import CellResult
-    from funcbwd.strategies import available
+    from funcbwd_lab.studies.matrix import matrix
+    from funcbwd_lab.run.scenarios import SCENARIO_NAMES as ALL_SCENARIO_NAMES
+    from funcbwd_lab.run.runner import CellResult
+    from funcbwd_lab.strategies import available
 
     kinds = [dict(status="fail", reason="other", fallback_ops=["aten::copy"]),
              dict(status="fail", reason="composite_decomposed"),

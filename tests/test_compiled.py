@@ -1,4 +1,4 @@
-"""The ``compiled`` reference row (funcbwd.strategies.compiled): torch.compile of the whole
+"""The ``compiled`` reference row (funcbwd_lab.strategies.compiled): torch.compile of the whole
 transform call, legacy formula as written, with what dynamo compiled in its provenance.
 
 * diag's non-square sample under vmap_cotangents is computed, classified and explained for each
@@ -26,13 +26,13 @@ from torch.func import vjp, vmap
 
 from funcbwd import internals
 from funcbwd.internals import dynamo
-from funcbwd.ops import registry
-from funcbwd.run import backward as scenarios
-from funcbwd.run import runner
-from funcbwd.run.compare import check_close
-from funcbwd.strategies import get_strategy
-from funcbwd.strategies import compiled as C
-from funcbwd.studies.compiled import outcomes, report
+from funcbwd_lab.ops import registry
+from funcbwd_lab.run import backward as scenarios
+from funcbwd_lab.run import runner
+from funcbwd.compare import check_close
+from funcbwd_lab.strategies import get_strategy
+from funcbwd_lab.strategies import compiled as C
+from funcbwd_lab.studies.compiled import outcomes, report
 
 NON_SQUARE = "3x5 k=1"
 DATA = Path(__file__).resolve().parents[1] / "data" / report.FILE_NAME
@@ -197,7 +197,7 @@ def test_saved_study_renders_and_matches_a_fresh_cell():
 def test_a_wrong_compiled_result_is_recorded_not_timed(monkeypatch):
     """cost.measure with a compiled call that returns the wrong values (a mutation: eager's
     result plus one) records ``wrong`` and times nothing."""
-    from funcbwd.studies.compiled import cost
+    from funcbwd_lab.studies.compiled import cost
 
     real = cost.compiled_with_report
 
@@ -216,7 +216,7 @@ def test_a_wrong_compiled_result_is_recorded_not_timed(monkeypatch):
 def test_the_saved_cost_counts_inductors_wrong_index_select_as_wrong():
     """The compiled study's verdicts count pytorch#183986: inductor's index_select cases are wrong,
     cite the bug, are not timed, and the answer says so; no other case is wrong."""
-    from funcbwd.studies.review import compiled_answer
+    from funcbwd_lab.studies.review import compiled_answer
 
     data = report.load(DATA)
     wrong = [(r["backend"], r["variant"], r["op"], r["size"]) for r in data["cost"] if "wrong" in r]

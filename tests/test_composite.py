@@ -10,12 +10,12 @@ import torch
 from torch.func import vmap
 
 from funcbwd import internals
-from funcbwd.ops import registry
-from funcbwd.run import runner
+from funcbwd_lab.ops import registry
+from funcbwd_lab.run import runner
 from funcbwd.errors import UnknownNameError
-from funcbwd.strategies import composite as C
-from funcbwd.strategies import get_strategy
-from funcbwd.run.scenario import bind
+from funcbwd_lab.strategies import composite as C
+from funcbwd_lab.strategies import get_strategy
+from funcbwd_lab.run.scenario import bind
 
 
 @pytest.mark.parametrize("op", ["diag", "index_select", "topk"])
@@ -117,7 +117,7 @@ def test_serialization_probe_rejects_unknown_op():
                    "inside vmap) makes the Autograd kernel decompose the op, so the in-place "
                    "ops meet vmap again; per_formula handles this case")
 def test_limit_grad_over_primal_inside_vmap_with_mixed_batching():
-    from funcbwd import legacy
+    from funcbwd_lab import legacy
 
     x, lo, hi = torch.randn(3, 4), torch.randn(3, 4) - 0.5, torch.randn(5, 4) + 0.5
     # only max is batched: (x >= min) is unbatched, .logical_and_ gets a batched operand
@@ -126,8 +126,8 @@ def test_limit_grad_over_primal_inside_vmap_with_mixed_batching():
 
 def test_op_batched_only_at_a_lower_level_is_handed_down():
     # Inner vmap level does not batch the cotangent: its kernel must hand the op to the outer one.
-    from funcbwd import legacy
-    from funcbwd.ops.discussion import diag as legacy_formulas
+    from funcbwd_lab import legacy
+    from funcbwd_lab.ops.discussion import diag as legacy_formulas
 
     x, cts = torch.randn(3, 5), torch.randn(4, 3)
     C.KERNEL_CALLS.clear()

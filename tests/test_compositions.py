@@ -1,4 +1,4 @@
-"""funcbwd.run.compositions: functorch's five compositions, built as upstream builds them.
+"""funcbwd_lab.run.compositions: functorch's five compositions, built as upstream builds them.
 
 * in_dims: the number of choices is counted from first principles (every tensor at dim -1 or
   unbatched, but not all unbatched, plus the all-zero choice: 2**n; the batch-norm rule by its
@@ -22,9 +22,9 @@ from torch.func import jvp, vjp, vmap
 
 from funcbwd import internals
 from funcbwd.errors import BadInputError
-from funcbwd.run import compositions as C
-from funcbwd.run.compare import Mismatch, check_close
-from funcbwd.run.entries import distinct_entries
+from funcbwd_lab.run import compositions as C
+from funcbwd.compare import Mismatch, check_close
+from funcbwd_lab.run.entries import distinct_entries
 
 
 @functools.lru_cache(maxsize=None)
@@ -316,7 +316,7 @@ def test_the_trial_counts_what_the_builders_raise():
     # (torch 2.13's binary_cross_entropy_double_backward), in 2 of its 32 choices.
     import io
 
-    from funcbwd.studies.coverage import trial
+    from funcbwd_lab.studies.coverage import trial
 
     rows = trial.trial([("sin", "", "vmapvjpvjp"), ("nn.functional.binary_cross_entropy", "",
                                                     "vmapvjpvjp")], samples=1, log=io.StringIO())
@@ -339,9 +339,9 @@ def test_vmapvjp_calls_share_one_function_so_traced_backward_traces_once():
     call (the cache key of traced_backward) re-traced every timed call (0.06x instead of 2x)."""
     import warnings
 
-    from funcbwd import batching
-    from funcbwd.studies.coverage import fallback_speedup, opinfo
-    from funcbwd.strategies.traced_backward import TracedBackward
+    from funcbwd_lab import batching
+    from funcbwd_lab.studies.coverage import fallback_speedup, opinfo
+    from funcbwd_lab.strategies.traced_backward import TracedBackward
 
     op = opinfo.op_by_id("cummax")
     with warnings.catch_warnings():

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from funcbwd import legacy
-from funcbwd.ops import registry
-from funcbwd.run import runner
+from funcbwd_lab import legacy
+from funcbwd_lab.ops import registry
+from funcbwd_lab.run import runner
 
 EXTENDED = [s.name for s in registry.all_ops() if s.group in ("extended", "negative_control")]
 CASES = [(name, smp.name) for name in EXTENDED for smp in registry.get_op(name).samples()]

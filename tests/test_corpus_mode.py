@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from funcbwd.studies.yourcode import check
-from funcbwd.studies.yourcode import run as corpus_run
-from funcbwd.studies.yourcode.case import TRANSFORMS
-from funcbwd.studies.yourcode.cases import CASES
-from funcbwd.views import corpus, readme
+from funcbwd_lab.studies.yourcode import check
+from funcbwd_lab.studies.yourcode import run as corpus_run
+from funcbwd_lab.studies.yourcode.case import TRANSFORMS
+from funcbwd_lab.studies.yourcode.cases import CASES
+from funcbwd_lab.views import corpus, readme
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "yourcode-corpus.json"
@@ -49,7 +49,7 @@ def test_every_case_cites_its_source_and_says_what_it_is():
 
 def test_saved_run_covers_every_case_and_mechanism(saved):
     assert set(saved["cases"]) == set(CASES)
-    from funcbwd.studies.yourcode.mechanisms import MECHANISMS
+    from funcbwd_lab.studies.yourcode.mechanisms import MECHANISMS
     assert saved["mechanisms"] == list(MECHANISMS)
     assert len(saved["cells"]) == len(CASES) * len(TRANSFORMS) * len(MECHANISMS)
 

@@ -1,4 +1,4 @@
-"""The C++ cost estimates (funcbwd.studies.review.cpp_cost) are computed from the saved data:
+"""The C++ cost estimates (funcbwd_lab.studies.review.cpp_cost) are computed from the saved data:
 each figure equals what its source gives, a change in the input changes the figure, a missing
 input is "not measured", and the renders fit 100 columns."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from funcbwd.studies.bench import results as bench_results
-from funcbwd.studies.review import cpp_cost
+from funcbwd_lab.studies.bench import results as bench_results
+from funcbwd_lab.studies.review import cpp_cost
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

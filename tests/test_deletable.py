@@ -1,4 +1,4 @@
-"""The deletable-branches table (funcbwd.studies.deletable.deletable): its verdicts come from computed cells,
+"""The deletable-branches table (funcbwd_lab.studies.deletable.deletable): its verdicts come from computed cells,
 and each condition can fail (a bypassed mechanism, an extra slow fallback, a data-dependent
 control, the fast path without any mechanism, a cost above the limit).
 
@@ -12,10 +12,10 @@ import math
 
 import pytest
 
-from funcbwd.studies.deletable import deletable as D
-from funcbwd.ops import registry
-from funcbwd.strategies import provenance
-from funcbwd.strategies.per_formula import PerFormula
+from funcbwd_lab.studies.deletable import deletable as D
+from funcbwd_lab.ops import registry
+from funcbwd_lab.strategies import provenance
+from funcbwd_lab.strategies.per_formula import PerFormula
 
 FEW = ["vmap_cotangents", "vmap_all_args", "vmap_jvp"]
 
@@ -138,7 +138,7 @@ def test_cost_is_measured_interleaved_against_the_hand_written_path():
 
 
 def test_cli_prints_the_table_and_writes_json(tmp_path, capsys):
-    from funcbwd.studies.deletable import cli
+    from funcbwd_lab.studies.deletable import cli
     import argparse
 
     p = argparse.ArgumentParser()
@@ -241,7 +241,7 @@ def test_rejudging_a_table_applies_todays_criterion(small_table, monkeypatch):
 def test_an_old_schema_is_refused_with_what_to_do():
     from funcbwd import BadInputError
 
-    with pytest.raises(BadInputError, match="recompute it: python -m funcbwd deletable"):
+    with pytest.raises(BadInputError, match="recompute it: python -m funcbwd_lab deletable"):
         D.check_schema({"schema": "funcbwd-deletable/1"})
 
 
@@ -263,7 +263,7 @@ def _not_cleared_sites(table, st="traced"):
 
 
 def test_the_views_list_only_the_sites_not_cleared_with_a_classified_reason(small_table):
-    from funcbwd.studies.deletable import render as live
+    from funcbwd_lab.studies.deletable import render as live
 
     blocked = D.not_cleared(small_table, "traced")
     deletable_sites = {r["site"] for r in small_table["rows"] if r["strategies"]["traced"]["verdict"] == "deletable"}
@@ -283,7 +283,7 @@ def test_the_views_list_only_the_sites_not_cleared_with_a_classified_reason(smal
 
 
 def test_the_html_wraps_in_its_container(small_table):
-    from funcbwd.studies.deletable import render as live
+    from funcbwd_lab.studies.deletable import render as live
 
     page = live.html_block(small_table)
     assert "table-layout:fixed;width:100%" in page and page.count("overflow-wrap:anywhere") > 5
@@ -291,7 +291,7 @@ def test_the_html_wraps_in_its_container(small_table):
 
 
 def test_the_text_fits_100_columns_without_breaking_words(small_table):
-    from funcbwd.studies.deletable import render as live
+    from funcbwd_lab.studies.deletable import render as live
 
     out = live.text(small_table)
     assert max(len(line) for line in out.splitlines()) <= 100, [l for l in out.splitlines() if len(l) > 100]
@@ -302,7 +302,7 @@ def test_the_text_fits_100_columns_without_breaking_words(small_table):
 
 
 def test_a_shared_fallback_site_is_shown_apart(small_table):
-    from funcbwd.studies.deletable import render as live
+    from funcbwd_lab.studies.deletable import render as live
 
     shared = dict(D.shared_fallback_sites(small_table, "traced"))
     assert "take_backward#1" in shared and "aten::put" in shared["take_backward#1"], shared

@@ -1,4 +1,4 @@
-"""funcbwd.parallel: the Dask engine for long sweeps.
+"""funcbwd_lab.parallel: the Dask engine for long sweeps.
 
 Real local clusters (2 worker processes): results equal the serial path and come back in item
 order; an item that raises, one that kills its worker (``os._exit``, a segfault) and one that
@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from funcbwd import BadInputError
-from funcbwd.parallel import WARMUP_PLUGIN, failure_record, map_items
+from funcbwd_lab.parallel import WARMUP_PLUGIN, failure_record, map_items
 
 TIMEOUT_S = 4.0
 
@@ -194,7 +194,7 @@ def test_a_crash_runs_once_with_no_retries_and_an_item_marks_its_start(tmp_path)
     # the start marker is what tells a crashing item (marked: recorded at once with
     # crash_retries=0) from an innocent one its worker took down before it started (rerun); a
     # run_item that marked nothing would rerun the crashing item too
-    from funcbwd.parallel import run_item
+    from funcbwd_lab.parallel import run_item
 
     log = tmp_path / "runs.txt"
     out = map_items(_exit_counting, [f"exit:{log}", f"ok:{log}"], workers=1,

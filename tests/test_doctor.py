@@ -190,11 +190,11 @@ def torch_randn(*shape):
      "unknown transform"),
 ])
 def test_bad_input_is_one_line_and_exit_2(workdir, monkeypatch, capsys, argv, msg):
-    from funcbwd import cli
+    from funcbwd.__main__ import main
 
     monkeypatch.syspath_prepend(str(workdir))
     monkeypatch.chdir(workdir)
-    assert cli.main(["doctor", *argv]) == 2
+    assert main(["doctor", *argv]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     # one message, named for the command, wrapped to 100 columns (continuations indented)
     assert lines[0].startswith("python -m funcbwd doctor: error: "), lines

@@ -25,11 +25,11 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from funcbwd.fx import codegen, elide
 from funcbwd.fx.formula_graphs import (bindings_equivalent, build, check_elision, compare_outputs,
                                        formula_args_for, tensor_positions, tensor_spec, trace_formula)
-from funcbwd.ops import registry
-from funcbwd.ops.registry import OpSpec, Sample
-from funcbwd.studies.matrix import matrix
-from funcbwd.strategies import provenance
-from funcbwd.strategies.traced import UNELIDED, Traced
+from funcbwd_lab.ops import registry
+from funcbwd_lab.ops.registry import OpSpec, Sample
+from funcbwd_lab.studies.matrix import matrix
+from funcbwd_lab.strategies import provenance
+from funcbwd_lab.strategies.traced import UNELIDED, Traced
 
 
 # ------------------------------------------------------------------------------ counter-examples

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from funcbwd import cli
+from funcbwd_lab import cli
 
 
 def _run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -19,7 +19,7 @@ def _run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 def _error(err: str, command: str) -> list[str]:
-    where = f"python -m funcbwd {command}: error: "
+    where = f"python -m funcbwd_lab {command}: error: "
     assert where in err, err[-2000:]
     lines = err[err.index(where):].splitlines()
     assert all(len(line) <= 100 for line in lines), lines
@@ -74,8 +74,8 @@ def test_matrix_without_plain_says_not_run_instead_of_zero_fixes(capsys):
 
 
 def test_matrix_with_plain_still_counts_fixes():
-    from funcbwd.run.runner import CellResult
-    from funcbwd.studies.matrix import summary
+    from funcbwd_lab.run.runner import CellResult
+    from funcbwd_lab.studies.matrix import summary
 
     cells = [CellResult("diag", "s", "jacrev", "plain", "fail", reason="other"),
              CellResult("diag", "s", "jacrev", "traced", "pass", mechanism_ran=True)]

@@ -1,4 +1,4 @@
-"""Distinct batch entries (funcbwd.run.entries): every entry of a batched arg is its own valid
+"""Distinct batch entries (funcbwd_lab.run.entries): every entry of a batched arg is its own valid
 value, so a strategy that used entry 0's index/mask/ordering for every entry cannot pass.
 
 * Properties, on every sample of the 8 test ops: entry 0 is the sample's value; later entries keep
@@ -18,9 +18,9 @@ import torch
 
 from funcbwd import internals
 from funcbwd.errors import BadInputError
-from funcbwd.ops import registry
-from funcbwd.run import entries, runner, scenario
-from funcbwd.strategies.per_formula import PerFormula
+from funcbwd_lab.ops import registry
+from funcbwd_lab.run import entries, runner, scenario
+from funcbwd_lab.strategies.per_formula import PerFormula
 
 BATCH = 3
 CASES = [(op, s.name) for op in registry.TEST_OPS for s in registry.get_op(op).samples()]

@@ -278,11 +278,14 @@ def test_the_venv_is_the_lock():
     which installs the newest versions the ranges allow on purpose)."""
     if os.environ.get("FUNCBWD_NEWEST"):
         pytest.skip("make test-newest: the newest versions, not the lock's")
+    import sysconfig
     from importlib import metadata
 
     lock = _lock_module()
     want = lock.read_lock()
-    have = {lock.canonical(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    # the venv's own packages (not copies vendored inside setuptools that may be on sys.path)
+    site = sysconfig.get_paths()["purelib"]
+    have = {lock.canonical(d.metadata["Name"]): d.version for d in metadata.distributions(path=[site])}
     wrong = [f"{n}: {have.get(n, 'missing')} installed, {v} locked" for n, v in sorted(want.items())
              if have.get(n, "missing").split("+")[0] != v]
     assert not wrong, "run `make setup` (the venv drifted from locks/workbench.txt):\n" + "\n".join(wrong)

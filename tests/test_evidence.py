@@ -20,12 +20,13 @@ import pytest
 import torch
 
 from funcbwd import internals
-from funcbwd.ops.registry import OpSpec, Sample
-from funcbwd.run import compare, runner, tolerances
-from funcbwd.strategies import provenance
-from funcbwd.strategies.per_formula import PerFormula
-from funcbwd.strategies.plain import Plain
-from funcbwd.strategies.traced import Traced
+from funcbwd_lab.ops.registry import OpSpec, Sample
+from funcbwd import compare, tolerances
+from funcbwd_lab.run import runner
+from funcbwd_lab.strategies import provenance
+from funcbwd_lab.strategies.per_formula import PerFormula
+from funcbwd_lab.strategies.plain import Plain
+from funcbwd_lab.strategies.traced import Traced
 
 STRATEGIES = ("plain", "per_formula", "traced", "whole", "hooks")
 
@@ -69,8 +70,8 @@ def test_a_formula_writing_into_grad_is_its_own_property_and_corrupts_no_referen
 
 
 def test_eager_autograd_is_what_tells_a_formula_property_from_a_strategy_bug():
-    from funcbwd.run import caller
-    from funcbwd.strategies import get_strategy
+    from funcbwd_lab.run import caller
+    from funcbwd_lab.strategies import get_strategy
 
     plain = get_strategy("plain")
     assert "cotangent 0" in caller.eager_changes(WRITES, WRITES.sample(), plain)
@@ -111,7 +112,7 @@ class Off(Plain):
         return out + self.delta if internals.vmap_active() else out
 
     def reference(self):
-        from funcbwd.strategies import get_strategy
+        from funcbwd_lab.strategies import get_strategy
 
         return get_strategy("plain")
 
@@ -169,7 +170,7 @@ class ServesFloat32(Plain):
                                              for a in args))
 
     def reference(self):
-        from funcbwd.strategies import get_strategy
+        from funcbwd_lab.strategies import get_strategy
 
         return get_strategy("plain")
 
@@ -229,7 +230,7 @@ def test_where_the_legacy_formula_is_wrong_torchs_gradient_decides():
 
 
 def test_cli_json_records_carry_measured_errors_truth_and_mutation(capsys):
-    from funcbwd import cli
+    from funcbwd_lab import cli
 
     assert cli.main(["matrix", "--ops", "diag", "--strategies", "plain,traced",
                      "--scenarios", "vmap_cotangents,jacrev", "--format", "json"]) == 0
@@ -278,7 +279,7 @@ class ZerosTraced(Traced):
 
 
 def test_a_cell_whose_truth_is_zero_is_uninformative_and_never_a_fix():
-    from funcbwd.studies.matrix.summary import fixes_over_plain
+    from funcbwd_lab.studies.matrix.summary import fixes_over_plain
 
     zeros = ZerosTraced()
     # index_select's second derivative is zero: the zeros formula "passes" jacrev_jacrev and jacfwd_jacrev

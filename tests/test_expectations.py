@@ -1,5 +1,5 @@
-"""Every cell of a fresh test-op matrix against the reviewed table (funcbwd.studies.matrix.expectations), and
-what each strategy fixes over plain (funcbwd.studies.matrix.summary), computed from the same run.
+"""Every cell of a fresh test-op matrix against the reviewed table (funcbwd_lab.studies.matrix.expectations), and
+what each strategy fixes over plain (funcbwd_lab.studies.matrix.summary), computed from the same run.
 
 The matrix runs once per session (``test_ops_matrix`` in tests/conftest.py, shared with
 tests/test_readme.py). Mutations: a wrong table entry and a pass whose mechanism did not run are
@@ -14,13 +14,13 @@ import pytest
 
 from pathlib import Path
 
-from funcbwd.studies.matrix import expectations
-from funcbwd.studies.matrix import matrix
-from funcbwd.studies.matrix import records
-from funcbwd.studies.matrix import summary
-from funcbwd.run.outcomes import REASONS, STATUSES
-from funcbwd.run.runner import CellResult
-from funcbwd.strategies import available, get_strategy
+from funcbwd_lab.studies.matrix import expectations
+from funcbwd_lab.studies.matrix import matrix
+from funcbwd_lab.studies.matrix import records
+from funcbwd_lab.studies.matrix import summary
+from funcbwd_lab.run.outcomes import REASONS, STATUSES
+from funcbwd_lab.run.runner import CellResult
+from funcbwd_lab.strategies import available, get_strategy
 
 TABLE = expectations.table()
 

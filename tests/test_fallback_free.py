@@ -9,12 +9,12 @@ import torch
 from torch.func import vjp, vmap
 
 from funcbwd import internals
-from funcbwd.fx import fallback_free
-from funcbwd.run.outcomes import fallbacks_seen
-from funcbwd.strategies import provenance
-from funcbwd.strategies import cost_gate
-from funcbwd.strategies import traced_backward as tb
-from funcbwd.strategies.traced_backward import TracedBackward
+from funcbwd_lab.fx import fallback_free
+from funcbwd_lab.run.outcomes import fallbacks_seen
+from funcbwd_lab.strategies import provenance
+from funcbwd_lab.strategies import cost_gate
+from funcbwd_lab.strategies import traced_backward as tb
+from funcbwd_lab.strategies.traced_backward import TracedBackward
 
 B = 4
 
@@ -224,7 +224,7 @@ def test_the_cache_is_keyed_on_what_determines_the_graph():
     torch.testing.assert_close(got, _loop(make(w2), x, cts))
     assert st.trace_count == 2
     assert tb.function_key(make(w1)) == tb.function_key(make(w1)) != tb.function_key(make(w2))
-    import funcbwd.fx.joint as joint
+    import funcbwd_lab.fx.joint as joint
     real = joint.key_of
     try:
         joint.key_of = lambda fn, _depth=0: joint._Identity(fn)  # the mutation
@@ -264,7 +264,7 @@ def test_the_scoped_rules_are_entered_only_around_graphs_that_call_their_ops(mon
     """Entering the rules registers kernels (per call): with_rules() enters them around a graph
     only when it calls aten::copy or aten::as_strided_scatter, never around torch's backward run
     as is. cummax's graph calls neither; a write through an as_strided view does."""
-    from funcbwd import batching
+    from funcbwd_lab import batching
 
     entered = []
     real = batching.scoped_rules

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from funcbwd.studies.coverage import fallback_speedup as fs
-from funcbwd.studies.coverage import fallback_targets as ft
-from funcbwd.studies.coverage import opinfo
+from funcbwd_lab.studies.coverage import fallback_speedup as fs
+from funcbwd_lab.studies.coverage import fallback_targets as ft
+from funcbwd_lab.studies.coverage import opinfo
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The known torch bug of ``funcbwd.studies.findings.known``: inductor's compiled vmap over
+"""The known torch bug of ``funcbwd_lab.studies.findings.known``: inductor's compiled vmap over
 ``index_add`` into an unbatched tensor (pytorch#183986, fixed by pytorch#184488 after 2.13).
 
 The repro must still give wrong values on this torch where eager vmap is right; the day torch
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from funcbwd.studies.findings import known
+from funcbwd_lab.studies.findings import known
 
 
 def test_inductor_index_add_on_an_expanded_tensor_is_still_wrong():
@@ -22,8 +22,8 @@ def test_inductor_index_add_on_an_expanded_tensor_is_still_wrong():
     assert outcome.status == "wrong values" and err > 1.0, (
         f"torch {torch.__version__} fixed {bug.issue} ({bug.cite()}): the compiled repro now gives "
         f"{outcome.status} (max abs error {err:.3g}). Update the finding: drop or re-date "
-        "INDEX_ADD_EXPANDED in lib/funcbwd/studies/findings/known.py, re-run the compiled study "
-        "(python -m funcbwd.studies.compiled --only cost --out data/compiled.json --force) and "
+        "INDEX_ADD_EXPANDED in lib/funcbwd_lab/studies/findings/known.py, re-run the compiled study "
+        "(python -m funcbwd_lab.studies.compiled --only cost --out data/compiled.json --force) and "
         "the README/RFC blocks that quote it.")
 
 

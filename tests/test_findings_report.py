@@ -1,4 +1,4 @@
-"""The upstream-ready bug reports of ``funcbwd.studies.findings.findings``.
+"""The upstream-ready bug reports of ``funcbwd_lab.studies.findings.findings``.
 
 Each finding's repro must still show the bug on this torch (a fix upstream fails the test and says
 what to remove), every related case must behave as the finding's prose claim says, the Python
@@ -21,8 +21,8 @@ import pytest
 import torch
 
 import funcbwd
-from funcbwd.studies.findings import findings as F
-from funcbwd.studies.findings import cli as cli_findings
+from funcbwd_lab.studies.findings import findings as F
+from funcbwd_lab.studies.findings import cli as cli_findings
 
 KEYS = F.finding_keys()
 
@@ -178,8 +178,8 @@ def test_a_wrong_emulation_or_claim_is_caught():
 def test_each_part_of_a_suggested_fix_is_needed():
     """Mutation of the fixes: roll's rule with the batch dim on the wrong side of a 0-d sample, and
     cdist's fix without giving ``cdist`` its batch dim, must no longer match the loop."""
-    from funcbwd.studies.findings import cdist as findings_cdist
-    from funcbwd.studies.findings import roll as findings_roll
+    from funcbwd_lab.studies.findings import cdist as findings_cdist
+    from funcbwd_lab.studies.findings import roll as findings_roll
 
     # roll: the rule as written (unsqueeze(0)) used as the "fix" cannot match the loop
     roll = dataclasses.replace(F.ROLL, emulate=lambda ns, fixed: findings_roll.emulate_roll(ns, False))

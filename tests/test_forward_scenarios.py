@@ -2,7 +2,7 @@
 backward is torch's, the forward-mode scenarios compare with a per-sample loop and can fail, and
 each scenario and strategy applies to the op kinds it can act on.
 
-Uses first samples and small ops only (the full table is ``python -m funcbwd deletable``).
+Uses first samples and small ops only (the full table is ``python -m funcbwd_lab deletable``).
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ import torch.autograd.forward_ad as fwAD
 from torch.func import jacfwd, jacrev
 
 import funcbwd
-from funcbwd.ops import legacy_ops, registry
-from funcbwd.ops.live import jvp as live_jvp
-from funcbwd.run import runner
-from funcbwd.studies.matrix import matrix
-from funcbwd.run.scenarios import BACKWARD_NAMES, FORWARD_NAMES, SCENARIOS, names_for
-from funcbwd.strategies import provenance
-from funcbwd.strategies.per_formula import PerFormula
+import funcbwd_lab
+from funcbwd_lab.ops import legacy_ops, registry
+from funcbwd_lab.ops.live import jvp as live_jvp
+from funcbwd_lab.run import runner
+from funcbwd_lab.studies.matrix import matrix
+from funcbwd_lab.run.scenarios import BACKWARD_NAMES, FORWARD_NAMES, SCENARIOS, names_for
+from funcbwd_lab.strategies import provenance
+from funcbwd_lab.strategies.per_formula import PerFormula
 
 JVP_OPS = list(live_jvp.SITE_NAMES)
 
@@ -147,14 +148,14 @@ def test_scenarios_and_strategies_apply_by_formula_kind():
     jvp_op, bw_op = registry.get_op("live_logsumexp_jvp_1"), registry.get_op("live_take_backward_1")
     for name, sc in SCENARIOS.items():
         for op in (jvp_op, bw_op):
-            reason = sc.not_applicable(op, funcbwd.get_strategy("traced"))
+            reason = sc.not_applicable(op, funcbwd_lab.get_strategy("traced"))
             assert (reason is None) == (sc.formula_kind == op.kind), (name, op.name, reason)
     for st in ("hooks", "whole"):
-        reason = funcbwd.get_strategy(st).not_applicable(jvp_op, "vmap_jvp")
+        reason = funcbwd_lab.get_strategy(st).not_applicable(jvp_op, "vmap_jvp")
         assert reason and "forward pass" in reason, (st, reason)
-        assert funcbwd.get_strategy(st).not_applicable(bw_op, "vmap_cotangents") is None
+        assert funcbwd_lab.get_strategy(st).not_applicable(bw_op, "vmap_cotangents") is None
     for st in ("plain", "builtin", "handfixed", "per_formula", "traced", "composite"):
-        assert funcbwd.get_strategy(st).not_applicable(jvp_op, "vmap_jvp") is None, st
+        assert funcbwd_lab.get_strategy(st).not_applicable(jvp_op, "vmap_jvp") is None, st
     cell = runner.run(jvp_op, "vmap_jvp", "hooks")
     assert cell.status == "not_applicable" and "hooks" in cell.message
 
@@ -170,7 +171,7 @@ def test_live_ops_are_opt_in_and_the_matrix_default_is_unchanged():
 
 
 def test_cli_lists_the_live_group(capsys):
-    from funcbwd import cli
+    from funcbwd_lab import cli
 
     assert cli.main(["ops", "--group", "live"]) == 0
     listed = [ln.split()[0] for ln in capsys.readouterr().out.splitlines() if ln.startswith("live_")]

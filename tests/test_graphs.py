@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from funcbwd import cli
-from funcbwd.studies.graphs import graphs
+from funcbwd_lab import cli
+from funcbwd_lab.studies.graphs import graphs
 from funcbwd.errors import UnknownNameError
 
 NON_SQUARE = "3x5 k=1"

@@ -22,22 +22,23 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import vjp, vmap
 
 import funcbwd
-from funcbwd.run.runner import run as run_cell
-from funcbwd.strategies.handfixed import handfixed_formula
+import funcbwd_lab
+from funcbwd_lab.run.runner import run as run_cell
+from funcbwd_lab.strategies.handfixed import handfixed_formula
 
 TEST_OPS = ("masked_select", "clamp", "diag", "index_select", "topk", "prod", "mode", "sort")
 #: the legacy corpus: each op's module defines its modern formula right below the legacy one
 #: (the live group carries the two branches of one helper instead)
-CORPUS = [n for g in ("test", "extended", "negative_control") for n in funcbwd.op_names(g)
-          if funcbwd.get_op(n).kind == "backward"]
-HANDFIXED_OPS = [n for n in CORPUS if funcbwd.get_op(n).handfixed is not None]
+CORPUS = [n for g in ("test", "extended", "negative_control") for n in funcbwd_lab.op_names(g)
+          if funcbwd_lab.get_op(n).kind == "backward"]
+HANDFIXED_OPS = [n for n in CORPUS if funcbwd_lab.get_op(n).handfixed is not None]
 
 
 SCENARIOS = ("vmap_cotangents", "vmap_all_args", "vjp_of_vjp", "grad_inside_vmap", "jacrev",
              "jacrev_jacrev", "jacfwd_jacrev", "vmap_jacrev")
 
-Handfixed = type(funcbwd.get_strategy("handfixed"))
-Builtin = type(funcbwd.get_strategy("builtin"))
+Handfixed = type(funcbwd_lab.get_strategy("handfixed"))
+Builtin = type(funcbwd_lab.get_strategy("builtin"))
 
 
 class HandfixedVsTorch(Handfixed):
@@ -46,7 +47,7 @@ class HandfixedVsTorch(Handfixed):
     name = "handfixed_vs_torch"
 
     def reference(self):
-        return funcbwd.get_strategy("builtin")
+        return funcbwd_lab.get_strategy("builtin")
 
 
 class BuiltinVsLegacy(Builtin):
@@ -56,7 +57,7 @@ class BuiltinVsLegacy(Builtin):
     name = "builtin_vs_legacy"
 
     def reference(self):
-        return funcbwd.get_strategy("plain")
+        return funcbwd_lab.get_strategy("plain")
 
 
 def _formula_args(spec, sample, seed: int = 0) -> tuple:
@@ -92,13 +93,13 @@ def test_signature_is_the_legacy_formulas(op):
     def shape(fn):
         return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
 
-    spec = funcbwd.get_op(op)
+    spec = funcbwd_lab.get_op(op)
     assert shape(spec.handfixed) == shape(spec.formula)
 
 
 @pytest.mark.parametrize("op", HANDFIXED_OPS)
 def test_equals_legacy_formula_on_every_sample(op):
-    spec = funcbwd.get_op(op)
+    spec = funcbwd_lab.get_op(op)
     for k, sample in enumerate(spec.samples()):
         args, _ = _formula_args(spec, sample, seed=10 + k)
         _assert_same(_as_tuple(handfixed_formula(spec)(*args)), _as_tuple(spec.formula(*args)),
@@ -108,8 +109,8 @@ def test_equals_legacy_formula_on_every_sample(op):
 @pytest.mark.parametrize("op", HANDFIXED_OPS)
 def test_gradient_through_the_legacy_op_equals_torchs_own(op):
     """autograd.grad through the legacy op under handfixed == autograd.grad through torch's op."""
-    spec = funcbwd.get_op(op)
-    st = funcbwd.get_strategy("handfixed")
+    spec = funcbwd_lab.get_op(op)
+    st = funcbwd_lab.get_strategy("handfixed")
     for k, sample in enumerate(spec.samples()):
         _, grads = _formula_args(spec, sample, seed=20 + k)
         results = []
@@ -146,7 +147,7 @@ def _mutating_ops(gm: torch.fx.GraphModule) -> list[str]:
 
 @pytest.mark.parametrize("op", HANDFIXED_OPS)
 def test_is_one_out_of_place_graph_for_every_sample(op):
-    spec = funcbwd.get_op(op)
+    spec = funcbwd_lab.get_op(op)
     for sample in spec.samples():
         args, _ = _formula_args(spec, sample)
         gm = _trace(handfixed_formula(spec), args)  # fake tensors: .item()/nonzero would raise
@@ -154,10 +155,10 @@ def test_is_one_out_of_place_graph_for_every_sample(op):
 
 
 def test_graph_checks_can_fail_on_the_legacy_formulas():
-    diag = funcbwd.get_op("diag")
+    diag = funcbwd_lab.get_op("diag")
     args, _ = _formula_args(diag, diag.sample("3x5 k=1"))
     assert _mutating_ops(_trace(diag.formula, args)) == ["aten.copy_.default"]
-    prod = funcbwd.get_op("prod")
+    prod = funcbwd_lab.get_op("prod")
     for name in ("full, one zero", "dim=1, one zero"):
         args, _ = _formula_args(prod, prod.sample(name))
         with pytest.raises(Exception, match="data-dependent"):
@@ -166,12 +167,12 @@ def test_graph_checks_can_fail_on_the_legacy_formulas():
 
 # ================================================================== the strategy and OpSpec.handfixed
 def test_strategy_is_registered_and_checked_against_the_legacy_loop():
-    st = funcbwd.get_strategy("handfixed")
+    st = funcbwd_lab.get_strategy("handfixed")
     assert st.name == "handfixed" and st.reference() == "plain"
 
 
 def test_the_strategy_runs_the_specs_own_handfixed_formula():
-    spec = funcbwd.get_op("diag")
+    spec = funcbwd_lab.get_op("diag")
     assert handfixed_formula(spec) is spec.handfixed is not None
 
     def own(grad, input_sizes, diagonal):
@@ -187,12 +188,12 @@ def test_the_strategy_runs_the_specs_own_handfixed_formula():
 def test_ops_without_a_handfixed_formula_are_not_applicable():
     missing = [n for n in CORPUS if n not in HANDFIXED_OPS]
     assert missing, "every op has a handfixed formula: pick another op for this test"
-    spec = funcbwd.get_op(missing[0])
+    spec = funcbwd_lab.get_op(missing[0])
     cell = run_cell(spec, "vmap_cotangents", "handfixed", spec.sample())
     assert cell.status == "not_applicable" and "no handfixed formula" in cell.message
     with pytest.raises(funcbwd.NotApplicableError, match="no handfixed formula"):
         args, _ = _formula_args(spec, spec.sample())
-        funcbwd.get_strategy("handfixed").run_formula(spec, args)
+        funcbwd_lab.get_strategy("handfixed").run_formula(spec, args)
 
 
 # ================================================================== (b) the matrix
@@ -203,7 +204,7 @@ def cells() -> dict[tuple[str, str, str], dict[str, Any]]:
                   "handfixed_vs_torch": HandfixedVsTorch()}
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for op in TEST_OPS:
-        spec = funcbwd.get_op(op)
+        spec = funcbwd_lab.get_op(op)
         for sample in spec.samples():
             for sc in SCENARIOS:
                 out[op, sample.name, sc] = {label: run_cell(spec, sc, st, sample)
@@ -236,7 +237,7 @@ def test_handfixed_passes_wherever_builtin_passes_unless_the_legacy_loop_is_wron
         if c["builtin"].status not in OK or c["handfixed"].status in OK:
             continue
         assert c["handfixed"].status == "mismatch", ((op, sample, sc), _brief(c["handfixed"]))
-        witness = run_cell(funcbwd.get_op(op), sc, BuiltinVsLegacy(), sample)
+        witness = run_cell(funcbwd_lab.get_op(op), sc, BuiltinVsLegacy(), sample)
         assert witness.status == "mismatch", ((op, sample, sc), _brief(witness))
         excused.append((op, sample, sc))
     # every excuse is a prod sample with more than one zero: the legacy formula's zeros_like
@@ -265,7 +266,7 @@ def test_finding_builtin_masked_select_backward_is_wrong_under_vmap_for_broadcas
     lower-rank ``self`` with the mask's leading dim: vmap(vjp) gives wrong numbers when the batch
     size equals that dim and an error otherwise; the handfixed formula (out-of-place masked_scatter,
     then sum_to_size) matches the per-sample loop."""
-    spec = funcbwd.get_op("masked_select")
+    spec = funcbwd_lab.get_op("masked_select")
     sample = spec.sample("input (4,) broadcast to mask 3x4")
     x, mask = sample.args
     _, vjp_fn = vjp(lambda t: torch.masked_select(t, mask), x)
@@ -294,7 +295,7 @@ def _index_select_in_place_again(grad, self_sizes, dim, index):
     ("index_select", _index_select_in_place_again, "dim0 repeated"),
 ])
 def test_handfixed_made_in_place_again_fails_the_vmap_cotangent_cell(op, mutated, sample):
-    spec = funcbwd.get_op(op)
+    spec = funcbwd_lab.get_op(op)
     good = run_cell(spec, "vmap_cotangents", "handfixed", sample)
     assert good.status == "pass", _brief(good)
     bad_spec = dataclasses.replace(spec, name=f"{op}_handfixed_in_place", handfixed=mutated)

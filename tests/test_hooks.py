@@ -10,11 +10,12 @@ import pytest
 import torch
 from torch.func import vjp, vmap
 
-from funcbwd import internals, legacy
-from funcbwd.ops import registry, inject
-from funcbwd.run import outcomes, runner
-from funcbwd.strategies import get_strategy
-from funcbwd.strategies.hooks import (HookSet, functionalize_backward, functionalize_prehook,
+from funcbwd import internals
+from funcbwd_lab import legacy
+from funcbwd_lab.ops import registry, inject
+from funcbwd_lab.run import outcomes, runner
+from funcbwd_lab.strategies import get_strategy
+from funcbwd_lab.strategies.hooks import (HookSet, functionalize_backward, functionalize_prehook,
                                       install_hooks)
 
 STRATEGY = "hooks"
@@ -185,7 +186,7 @@ def test_hookset_remove_takes_the_hooks_off():
 
 
 # ------------------------------------------------------------------------------ reliability
-# Raising formulas at every point x scenario x strategy: tests/test_reliability.py (funcbwd.ops.inject).
+# Raising formulas at every point x scenario x strategy: tests/test_reliability.py (funcbwd_lab.ops.inject).
 # Here, what only hooks can get wrong: hooks left on (or removed from) the graph.
 def test_hooks_stay_exactly_installed_after_a_raising_backward(st):
     spec = inject.raising_op("after_last_op")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("plotly", "ipywidgets", "anywidget", "distributed", "dask", "nbformat")
-UPPER = ("funcbwd.views", "funcbwd.studies", "funcbwd.cli", "funcbwd.doctor")
+UPPER = ("funcbwd_lab.views", "funcbwd_lab.studies", "funcbwd_lab.cli", "funcbwd.doctor")
 
 PROBE = """
 import json, sys
@@ -46,8 +46,8 @@ def test_using_the_tool_imports_nothing_heavy():
 
 def test_the_check_can_fail():
     # Mutation: a probe that also imports a view module is caught.
-    assert "funcbwd.views" in offenders(loaded(PROBE.replace(
-        "print(json", "import funcbwd.views.readme\nprint(json")))
+    assert "funcbwd_lab.views" in offenders(loaded(PROBE.replace(
+        "print(json", "import funcbwd_lab.views.readme\nprint(json")))
 
 
 def test_core_dependencies_are_torch_and_numpy_only():

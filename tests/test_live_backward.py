@@ -1,4 +1,4 @@
-"""The live corpus, backward part (funcbwd.ops.live.backward) against torch, against a broken variant, and
+"""The live corpus, backward part (funcbwd_lab.ops.live.backward) against torch, against a broken variant, and
 against its inventory (docs/live-sites.md).
 
 * Faithfulness: for every registered site and sample, unbatched, the fast path (``formula``),
@@ -26,13 +26,14 @@ import pytest
 import torch
 
 import funcbwd
-from funcbwd import legacy
-from funcbwd.ops.live import backward as L
-from funcbwd.ops.live import index as LF  # the module whose _index_put_impl_ a test swaps
-from funcbwd.ops.live import jvp as LJ
+import funcbwd_lab
+from funcbwd_lab import legacy
+from funcbwd_lab.ops.live import backward as L
+from funcbwd_lab.ops.live import index as LF  # the module whose _index_put_impl_ a test swaps
+from funcbwd_lab.ops.live import jvp as LJ
 
 DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "live-sites.md"
-SPECS = {name: funcbwd.get_op(name) for name in L.SITES}
+SPECS = {name: funcbwd_lab.get_op(name) for name in L.SITES}
 CASES = [(name, s.name) for name, spec in SPECS.items() for s in spec.samples()]
 
 

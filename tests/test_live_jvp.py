@@ -1,4 +1,4 @@
-"""The live forward-mode sites (funcbwd.ops.live.jvp): faithful, in place where claimed, and what
+"""The live forward-mode sites (funcbwd_lab.ops.live.jvp): faithful, in place where claimed, and what
 vmap does to them.
 
 * faithfulness: for every site and sample, the fast path, the out-of-place path and torch's own
@@ -20,7 +20,8 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import funcbwd
-from funcbwd.ops.live import jvp as LJ
+import funcbwd_lab
+from funcbwd_lab.ops.live import jvp as LJ
 
 B = 3
 MODES = ("tangents", "primals")
@@ -72,11 +73,11 @@ def torch_jvp(spec, sample, tangents) -> tuple[tuple, tuple]:
 
 def cases():
     return [pytest.param(n, s.name, id=f"{n}|{s.name}")
-            for n in LJ.SITE_NAMES for s in funcbwd.get_op(n).samples()]
+            for n in LJ.SITE_NAMES for s in funcbwd_lab.get_op(n).samples()]
 
 
 def spec_sample(name: str, sample_name: str):
-    spec = funcbwd.get_op(name)
+    spec = funcbwd_lab.get_op(name)
     return spec, spec.sample(sample_name)
 
 
@@ -87,9 +88,9 @@ def test_every_jvp_site_is_registered_with_the_jvp_contract():
     assert sum(s.counted for s in LJ.SITES.values()) == 12  # docs/live-sites.md: 12 jvp sites
     for name in LJ.SITE_NAMES:
         assert LJ.SITES[name].kind == "jvp" and LJ.SITES[name].op_name == name
-        assert name.isidentifier() and name not in funcbwd.op_names()  # opt-in group
-        assert name in funcbwd.op_names("live")
-        spec = funcbwd.get_op(name)
+        assert name.isidentifier() and name not in funcbwd_lab.op_names()  # opt-in group
+        assert name in funcbwd_lab.op_names("live")
+        spec = funcbwd_lab.get_op(name)
         assert (spec.kind, spec.group, spec.jvp) == ("jvp", "live", None)
         assert spec.handfixed is not None and spec.handfixed is not spec.formula
         assert "002ca6715ba1" in spec.source
@@ -122,7 +123,7 @@ def test_fast_and_out_of_place_paths_equal_torch_forward_mode(name, sample_name)
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_SITES))
 def test_the_comparison_catches_a_formula_fed_the_wrong_direction(name):
-    spec = funcbwd.get_op(name)
+    spec = funcbwd_lab.get_op(name)
     sample = spec.samples()[0]
     outs, expected = torch_jvp(spec, sample, tangents_for(sample, seed=7))
     wrong = spec.formula(*spec.formula_args(sample.args, outs, tangents_for(sample, seed=1007)))
@@ -147,7 +148,7 @@ def logcumsumexp_jvp_reordered(self_p, self_t, dim):
 @pytest.mark.parametrize("name,broken", [("live_logsumexp_jvp_1", logsumexp_jvp_reordered),
                                          ("live_logcumsumexp_jvp_1", logcumsumexp_jvp_reordered)])
 def test_an_in_place_ordering_bug_fails_the_comparison(name, broken):
-    spec = funcbwd.get_op(name)
+    spec = funcbwd_lab.get_op(name)
     for sample in spec.samples():
         tangents = tangents_for(sample, seed=7)
         outs, expected = torch_jvp(spec, sample, tangents)
@@ -178,7 +179,7 @@ def test_the_trace_check_sees_an_in_place_op_and_no_false_one():
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_SITES))
 def test_fast_path_writes_in_place_and_out_of_place_path_does_not(name):
-    spec = funcbwd.get_op(name)
+    spec = funcbwd_lab.get_op(name)
     sample = spec.samples()[0]
     tangents = tangents_for(sample, seed=7)
     outs, _ = torch_jvp(spec, sample, tangents)
@@ -262,7 +263,7 @@ def vmap_cases():
 
 @pytest.mark.parametrize("name,mode", vmap_cases())
 def test_vmap_breaks_the_fast_path_exactly_where_claimed(name, mode):
-    spec = funcbwd.get_op(name)
+    spec = funcbwd_lab.get_op(name)
     for sample in spec.samples():
         assert vmap_outcome(spec, sample, mode, "out_of_place")[0] == "pass"
         assert vmap_outcome(spec, sample, mode, "functionalized")[0] == "pass"
@@ -272,7 +273,7 @@ def test_vmap_breaks_the_fast_path_exactly_where_claimed(name, mode):
 
 
 def test_the_per_sample_comparison_is_sensitive_to_the_batch_order():
-    spec = funcbwd.get_op("live_logsumexp_jvp_1")
+    spec = funcbwd_lab.get_op("live_logsumexp_jvp_1")
     wrap, inputs, dims = batched_call(spec, spec.samples()[0], "tangents")
     out = torch.func.vmap(wrap(spec.handfixed), in_dims=dims)(*inputs)
     ref = per_sample_reference(wrap, inputs, dims, spec.handfixed)

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from funcbwd.run import outcomes
-from funcbwd.studies.matrix import matrix
-from funcbwd.studies.matrix import records as cell_records
-from funcbwd.ops.registry import TEST_OPS
+from funcbwd_lab.run import outcomes
+from funcbwd_lab.studies.matrix import matrix
+from funcbwd_lab.studies.matrix import records as cell_records
+from funcbwd_lab.ops.registry import TEST_OPS
 
 INPLACE_OPS = ["diag", "index_select", "topk", "sort", "mode", "masked_select"]
 
@@ -19,7 +19,7 @@ INPLACE_OPS = ["diag", "index_select", "topk", "sort", "mode", "masked_select"]
 @pytest.fixture(scope="module")
 def records():
     out = subprocess.run(
-        [sys.executable, "-m", "funcbwd", "matrix", "--ops", ",".join(TEST_OPS),
+        [sys.executable, "-m", "funcbwd_lab", "matrix", "--ops", ",".join(TEST_OPS),
          "--strategies", "plain,builtin", "--format", "json"],
         check=True, capture_output=True, text=True, timeout=600,
     ).stdout
@@ -84,12 +84,12 @@ def test_builtin_passes_every_cell_but_masked_select(records):
 
 
 def test_cli_rejects_unknown_names_with_the_valid_ones():
-    p = subprocess.run([sys.executable, "-m", "funcbwd", "matrix", "--strategies", "plain,nope"],
+    p = subprocess.run([sys.executable, "-m", "funcbwd_lab", "matrix", "--strategies", "plain,nope"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2
     assert "unknown strategy 'nope'" in p.stderr and "valid strategies:" in p.stderr
     assert "Traceback" not in p.stderr
-    p = subprocess.run([sys.executable, "-m", "funcbwd", "matrix", "--ops", "dig"],
+    p = subprocess.run([sys.executable, "-m", "funcbwd_lab", "matrix", "--ops", "dig"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "unknown op 'dig'" in p.stderr and "diag" in p.stderr
 

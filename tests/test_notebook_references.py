@@ -1,5 +1,5 @@
 """Issue 31, item 4: every funcbwd module, function or class a notebook's prose or code names
-(``funcbwd.ops.discussion.diag``, ``funcbwd.legacy``) exists: the notebook sources
+(``funcbwd_lab.ops.discussion.diag``, ``funcbwd_lab.legacy``) exists: the notebook sources
 (``notebooks/*.py``, ``notebooks/templates/*``) are checked, and so are the stored .ipynb files."""
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ def test_every_funcbwd_name_in_a_notebook_source_exists(path):
 def test_the_stored_notebooks_cite_no_missing_module():
     text = "\n".join("".join(c["source"]) for p in ROOT.glob("notebooks/*.ipynb")
                      for c in json.loads(p.read_text())["cells"])
-    assert "funcbwd.ops.legacy_formulas" not in text
+    assert "funcbwd_lab.ops.legacy_formulas" not in text
 
 
 def test_the_check_can_fail():
-    assert not resolves("funcbwd.ops.legacy_formulas")
-    assert resolves("funcbwd.ops.discussion.diag") and resolves("funcbwd.legacy")
+    assert not resolves("funcbwd_lab.ops.legacy_formulas")
+    assert resolves("funcbwd_lab.ops.discussion.diag") and resolves("funcbwd_lab.legacy")

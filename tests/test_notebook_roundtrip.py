@@ -175,7 +175,7 @@ def test_explorer_widget_ids_repeat_in_a_fresh_process():
     import subprocess
     import sys
 
-    code = ("import ipywidgets\nfrom funcbwd.views import widgets\n"
+    code = ("import ipywidgets\nfrom funcbwd_lab.views import widgets\n"
             "print([widgets._model_id() for _ in range(3)])")
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            timeout=120).stdout for _ in range(2)]
@@ -204,3 +204,26 @@ def test_running_top_to_bottom_and_saving_rewrites_nothing(name, tmp_path):
                if p.read_bytes() != (root / "notebooks" / p.name).read_bytes()]
     assert not changed, ("running the notebook in a fresh kernel and saving it rewrote:\n"
                          + "\n".join(changed))
+
+
+def test_another_python_patch_version_rewrites_nothing(tmp_path, monkeypatch):
+    """A kernel on another 3.11 reports its own ``language_info.version``; a save keeps the
+    stored one (build_notebooks.keep_stored_python_version, and the save hook in jupyter_config/),
+    so git sees nothing. Mutation: without it, the save writes the kernel's version."""
+    folder = _scratch_pair(tmp_path)
+    (tmp_path / "notebooks").mkdir()
+    for p in folder.glob("op_topk.*"):
+        shutil.move(str(p), tmp_path / "notebooks" / p.name)
+    path = tmp_path / "notebooks" / "op_topk.ipynb"
+    before = path.read_bytes()
+
+    def save_as_other_python():
+        nb = build.lab_load(path, tmp_path)
+        nb.metadata.language_info["version"] = "3.11.99"
+        build.lab_save(build.as_jupyterlab_holds(nb), path, tmp_path)
+
+    save_as_other_python()
+    assert path.read_bytes() == before
+    monkeypatch.setattr(build, "keep_stored_python_version", lambda nb, path: None)
+    save_as_other_python()
+    assert '"version": "3.11.99"' in path.read_text()

@@ -14,9 +14,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from funcbwd.views import display
-from funcbwd.run.runner import CellResult
-from funcbwd.studies.matrix.matrix import format_table
+from funcbwd_lab.views import display
+from funcbwd_lab.run.runner import CellResult
+from funcbwd_lab.studies.matrix.matrix import format_table
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -210,7 +210,7 @@ def test_setup_notebook_uses_mimetype_renderer():
 # ------------------------------------------------------------------------------ explorer
 def test_explorer_updates_views_in_place():
     pytest.importorskip("ipywidgets")
-    from funcbwd.views.widgets import Explorer
+    from funcbwd_lab.views.widgets import Explorer
 
     calls = []
 
@@ -238,7 +238,7 @@ def test_explorer_panels_open_on_their_content():
     each as tall as its content up to PANEL_HEIGHT: a short diff is not an empty fixed-height box
     (the browser test checks the same on the page); the stored snapshot shows the diff open."""
     w = pytest.importorskip("ipywidgets")
-    from funcbwd.views import widgets
+    from funcbwd_lab.views import widgets
 
     def fake_view(op, st, sc):
         return f"<pre>{op}/{st}/{sc}</pre>"

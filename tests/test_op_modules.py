@@ -1,7 +1,7 @@
 """An op's story on one screen: the module that registers an op also holds its citations, its
 legacy formula and its modern formula (``OpSpec.handfixed``), in that order, above the registration.
 
-Each family module under ``funcbwd.ops.discussion`` and ``funcbwd.ops.corpus`` is executed afresh
+Each family module under ``funcbwd_lab.ops.discussion`` and ``funcbwd_lab.ops.corpus`` is executed afresh
 from its source with a recording ``register``; for every op it registers:
 
 * ``formula`` and ``handfixed`` are functions *defined by that execution* (their ``__globals__``
@@ -30,11 +30,11 @@ from unittest import mock
 
 import pytest
 
-import funcbwd.ops.corpus
-import funcbwd.ops.discussion
-from funcbwd.ops import registry
+import funcbwd_lab.ops.corpus
+import funcbwd_lab.ops.discussion
+from funcbwd_lab.ops import registry
 
-PACKAGES = (funcbwd.ops.corpus, funcbwd.ops.discussion)
+PACKAGES = (funcbwd_lab.ops.corpus, funcbwd_lab.ops.discussion)
 GROUPS = ("test", "extended", "negative_control")  # every built-in group but "live"
 CITATION = re.compile(r"(?:pytorch|functorch)#\d+")
 
@@ -135,7 +135,7 @@ def layouts() -> dict[str, tuple[list[Registration], list[str]]]:
 def test_each_module_holds_citations_legacy_modern_and_registration(layouts, module_name):
     recorded, found = layouts[module_name]
     assert found == []
-    assert all(r.handfixed is not None for r in recorded) or module_name.startswith("funcbwd.ops.corpus")
+    assert all(r.handfixed is not None for r in recorded) or module_name.startswith("funcbwd_lab.ops.corpus")
 
 
 def test_the_modules_register_exactly_the_registry_in_its_order(layouts):
@@ -160,7 +160,7 @@ def test_the_registry_order_is_corpus_then_live_then_the_discussion_ops():
 
 
 # ------------------------------------------------------------------ the checks can fail
-DIAG = "funcbwd.ops.discussion.diag"
+DIAG = "funcbwd_lab.ops.discussion.diag"
 
 
 def _def_block(source: str, name: str) -> str:
@@ -172,14 +172,14 @@ def _def_block(source: str, name: str) -> str:
 
 
 @pytest.mark.parametrize("role,defined,elsewhere", [
-    ("handfixed", "diag_backward_modern", "funcbwd.ops.corpus.copy_into_view.diagonal_backward_modern"),
-    ("formula", "diag_backward", "funcbwd.ops.corpus.copy_into_view.diagonal_backward"),
+    ("handfixed", "diag_backward_modern", "funcbwd_lab.ops.corpus.copy_into_view.diagonal_backward_modern"),
+    ("formula", "diag_backward", "funcbwd_lab.ops.corpus.copy_into_view.diagonal_backward"),
 ])
 def test_a_formula_imported_from_elsewhere_is_caught(role, defined, elsewhere):
     module, fn = elsewhere.rsplit(".", 1)
     src = _source(DIAG).replace(f"    {role}={defined},", f"    {role}=_elsewhere,").replace(
-        "from funcbwd.ops.registry import", f"from {module} import {fn} as _elsewhere\n"
-        "from funcbwd.ops.registry import")
+        "from funcbwd_lab.ops.registry import", f"from {module} import {fn} as _elsewhere\n"
+        "from funcbwd_lab.ops.registry import")
     assert "_elsewhere," in src
     _, found = problems(DIAG, src)
     assert any(f"{role} '{fn}' is not defined in this module" in p for p in found), found
@@ -208,8 +208,8 @@ def test_a_missing_or_reordered_module_is_caught(layouts):
     by_module = {m: [r.name for r in recorded] for m, (recorded, _) in layouts.items()}
     assert coverage_problems(by_module) == []
     dropped = dict(by_module)
-    dropped.pop("funcbwd.ops.discussion.clamp")
+    dropped.pop("funcbwd_lab.ops.discussion.clamp")
     assert coverage_problems(dropped) != []
     reordered = dict(by_module)
-    reordered["funcbwd.ops.discussion.value_selecting"] = ["sort", "topk", "mode"]
+    reordered["funcbwd_lab.ops.discussion.value_selecting"] = ["sort", "topk", "mode"]
     assert coverage_problems(reordered) != []

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from funcbwd import cli, command
+from funcbwd_lab import cli, command
 from funcbwd.errors import FuncbwdError
-from funcbwd.progress import Progress
+from funcbwd_lab.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def test_a_committed_output_is_refused_before_any_work(argv, capsys, monkeypatch
     before = out.read_bytes()
     rc, stdout, err = _run([*argv, "--quiet"], capsys, monkeypatch)
     assert rc == 2 and out.read_bytes() == before and stdout == ""
-    error = err[err.index(f"python -m funcbwd {argv[0]}: error: "):].splitlines()
+    error = err[err.index(f"python -m funcbwd_lab {argv[0]}: error: "):].splitlines()
     assert len(error) == 1 and len(error[0]) <= 100, error
     assert "is committed; --force overwrites" in error[0]
 

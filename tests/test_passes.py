@@ -15,9 +15,9 @@ from funcbwd.fx.elide import count_targets
 from funcbwd.fx.formula_graphs import ElisionCheck, build, trace_formula
 # the corpus's own re-creations of public code (pytorch3d so3.hat: six element writes into a
 # fresh zeros, two dims deep; kornia pinhole_matrix: writes into a repeated eye)
-from funcbwd.studies.yourcode.cases.kornia import pinhole_matrix as pinhole
-from funcbwd.studies.yourcode.cases.kornia import pinhole_matrix_rewrite as pinhole_rewrite
-from funcbwd.studies.yourcode.cases.pytorch3d import hat, hat_rewrite
+from funcbwd_lab.studies.yourcode.cases.kornia import pinhole_matrix as pinhole
+from funcbwd_lab.studies.yourcode.cases.kornia import pinhole_matrix_rewrite as pinhole_rewrite
+from funcbwd_lab.studies.yourcode.cases.pytorch3d import hat, hat_rewrite
 
 aten = torch.ops.aten
 

@@ -1,4 +1,4 @@
-"""A user's own module of formulas: loaded with ``python -m funcbwd --plugin MODULE`` or through the
+"""A user's own module of formulas: loaded with ``python -m funcbwd_lab --plugin MODULE`` or through the
 ``funcbwd.formulas`` entry-point group, run through the matrix like a built-in op; a plugin that
 cannot load stops with one message naming it (wrapped at 100 columns)."""
 
@@ -16,18 +16,18 @@ import pytest
 # index_select's legacy backward under another name: zeros, then index_add_ in place.
 PLUGIN = textwrap.dedent('''
     import torch
-    import funcbwd
-    from funcbwd.ops.helpers import randn, shape, zeros_like_grad
+    import funcbwd_lab
+    from funcbwd_lab.ops.helpers import randn, shape, zeros_like_grad
 
     def myop_backward(grad, sizes, dim, index):
         return zeros_like_grad(sizes, grad).index_add_(dim, index, grad)
 
-    funcbwd.register(funcbwd.OpSpec(
+    funcbwd_lab.register(funcbwd_lab.OpSpec(
         name="myop", torch_op=torch.index_select, formula=myop_backward,
         formula_args=lambda a, o, g: (g[0], shape(a[0]), a[1], a[2]), grad_positions=(0,),
         schema="(Tensor grad, SymInt[] sizes, int dim, Tensor index) -> Tensor",
         source="a test plugin", fixed_by="nothing", group="mine",
-        make_samples=lambda: [funcbwd.Sample("4x3 dim0", (randn(4, 3, seed=5), 0, torch.tensor([0, 2, 2])))]))
+        make_samples=lambda: [funcbwd_lab.Sample("4x3 dim0", (randn(4, 3, seed=5), 0, torch.tensor([0, 2, 2])))]))
 ''')
 
 
@@ -38,7 +38,7 @@ def _write(tmp: Path, name: str, text: str) -> Path:
 
 def _funcbwd(*argv: str, path: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "funcbwd", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "funcbwd_lab", *argv], capture_output=True, text=True,
                           timeout=300, env=env)
 
 
@@ -54,11 +54,11 @@ def _cells(table: str) -> dict[str, str]:
 
 
 def _error(p: subprocess.CompletedProcess) -> tuple[str, list[str]]:
-    """(the error's text with the ``python -m funcbwd[ COMMAND]: error: `` prefix removed and its
+    """(the error's text with the ``python -m funcbwd_lab[ COMMAND]: error: `` prefix removed and its
     wrapped lines joined, the stderr lines)."""
     lines = p.stderr.strip().splitlines()
     joined = " ".join(ln.strip() for ln in lines)
-    return re.sub(r"^python -m funcbwd( \w+)?: error: ", "", joined), lines
+    return re.sub(r"^python -m funcbwd_lab( \w+)?: error: ", "", joined), lines
 
 
 def test_plugin_formula_runs_through_the_matrix(tmp_path):
@@ -84,7 +84,7 @@ def test_bad_plugin_name_is_one_line_naming_it(tmp_path):
     p = _funcbwd("--plugin", "no_such_plugin_module", "ops", path=tmp_path)
     assert p.returncode == 2
     msg, lines = _error(p)
-    assert lines[0].startswith("python -m funcbwd ops: error: ") and "Traceback" not in p.stderr
+    assert lines[0].startswith("python -m funcbwd_lab ops: error: ") and "Traceback" not in p.stderr
     assert all(ln.startswith("    ") for ln in lines[1:]), p.stderr  # one message, wrapped
     assert msg.startswith("plugin module 'no_such_plugin_module' not found") and "PYTHONPATH" in msg
 
@@ -100,11 +100,11 @@ def test_plugin_registering_a_taken_name_is_one_line_naming_it(tmp_path):
 
 
 def test_plugin_that_raises_is_one_line_naming_it(tmp_path):
-    _write(tmp_path, "brokenplug", "import funcbwd\nraise RuntimeError('no formulas today')\n")
+    _write(tmp_path, "brokenplug", "import funcbwd_lab\nraise RuntimeError('no formulas today')\n")
     p = _funcbwd("--plugin", "brokenplug", "ops", path=tmp_path)
     assert p.returncode == 2
     assert _error(p)[0] == "plugin module 'brokenplug' failed to load: RuntimeError: no formulas today"
-    assert p.stderr.startswith("python -m funcbwd ops: error: plugin module 'brokenplug'")
+    assert p.stderr.startswith("python -m funcbwd_lab ops: error: plugin module 'brokenplug'")
 
 
 def _distribution(tmp: Path, module: str, value: str) -> None:
@@ -119,7 +119,7 @@ def test_entry_point_plugin_loads_lazily_on_first_registry_read(tmp_path):
     _write(tmp_path, "epplug", PLUGIN)
     _distribution(tmp_path, "mine", "epplug")
     code = ("import sys\n"
-            "import funcbwd.ops.registry as r\n"
+            "import funcbwd_lab.ops.registry as r\n"
             "assert 'epplug' not in sys.modules, 'loaded before the registry was read'\n"
             "print(r.op_names('mine'))\n"
             "r.get_op('myop'); print(sorted(m for m in sys.modules if m == 'epplug'))\n")
@@ -145,7 +145,7 @@ def test_broken_entry_point_is_one_line_naming_it(tmp_path):
 @pytest.mark.parametrize("bad", ["", "myplug.py"])
 def test_plugin_argument_must_be_a_module_name(bad):
     from funcbwd.errors import BadInputError
-    from funcbwd.ops import plugins
+    from funcbwd_lab.ops import plugins
 
     with pytest.raises(BadInputError, match="importable module name"):
         plugins.load_module(bad)

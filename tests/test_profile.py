@@ -1,4 +1,4 @@
-"""funcbwd.studies.bench.profile: one cell's batched backward split into funcbwd Python, vmap dispatch,
+"""funcbwd_lab.studies.bench.profile: one cell's batched backward split into funcbwd Python, vmap dispatch,
 vmap's fallback, aten kernels and the rest, on tiny configs (no timing is asserted)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from funcbwd import cli
-from funcbwd.studies.bench.profile_cli import main_profile
+from funcbwd_lab import cli
+from funcbwd_lab.studies.bench.profile_cli import main_profile
 from funcbwd.errors import NotApplicableError, UnknownNameError
-from funcbwd.studies.bench import profile as prof
+from funcbwd_lab.studies.bench import profile as prof
 
 TINY = {"batch": 2, "sample": "3x5 k=1", "rounds": 1, "target_s": 0.002}
 
@@ -112,4 +112,4 @@ def test_a_cell_that_cannot_run_says_why():
 def test_cli_routes_profile(capsys):
     assert cli.main(["profile", "nope"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("python -m funcbwd profile: error: unknown op 'nope'\nvalid ops, by group:")
+    assert err.startswith("python -m funcbwd_lab profile: error: unknown op 'nope'\nvalid ops, by group:")

@@ -9,8 +9,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from funcbwd.ops import registry
-from funcbwd.run import outcomes, runner
+from funcbwd_lab.ops import registry
+from funcbwd_lab.run import outcomes, runner
 
 #: strategies that functionalize our formulas and claim to fix the in-place failure
 FIXING = ("per_formula", "traced", "composite", "hooks", "whole")

@@ -1,5 +1,5 @@
 """Provenance in every cell: ``mechanism`` says what of the strategy ran, ``mechanism_ran`` whether
-its own mechanism acted (funcbwd.strategies.provenance, collected by the runner around the
+its own mechanism acted (funcbwd_lab.strategies.provenance, collected by the runner around the
 strategy's part of a cell only).
 
 * Every strategy says what ran on a cell that needs its mechanism.
@@ -18,11 +18,11 @@ import functools
 import pytest
 
 from funcbwd import internals
-from funcbwd.run import runner
-from funcbwd.studies.matrix import matrix
-from funcbwd.studies.matrix import records
-from funcbwd.strategies import available, provenance
-from funcbwd.strategies.per_formula import PerFormula, observed
+from funcbwd_lab.run import runner
+from funcbwd_lab.studies.matrix import matrix
+from funcbwd_lab.studies.matrix import records
+from funcbwd_lab.strategies import available, provenance
+from funcbwd_lab.strategies.per_formula import PerFormula, observed
 
 NEEDS_MECHANISM = ("diag", "vmap_cotangents", "3x5 k=1")  # plain fails it: vmap_inplace
 

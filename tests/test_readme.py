@@ -1,5 +1,5 @@
 """Every generated block of the README and of the docs pages it links to is what its generator
-renders from the saved data, in the home ``funcbwd.views.readme.HOMES`` names; the saved matrix is
+renders from the saved data, in the home ``funcbwd_lab.views.readme.HOMES`` names; the saved matrix is
 what a fresh run computes (so neither can drift, and the matrix JSON is deterministic across runs).
 The README's first screen holds the decision and the two commands, and its two example code blocks
 run as they say."""
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from funcbwd.studies.matrix import records
-from funcbwd.views import readme
+from funcbwd_lab.studies.matrix import records
+from funcbwd_lab.views import readme
 
 # The repository's files (the library renders; paths are the repository's, tools/update_readme.py).
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def test_saved_matrix_equals_a_fresh_run(test_ops_matrix):
 
 
 def test_readme_bench_headline_is_generated_from_the_saved_run():
-    from funcbwd.studies.bench import results as bench_results
+    from funcbwd_lab.studies.bench import results as bench_results
 
     assert block("bench") == readme.bench_markdown(bench_results.load(BENCH_FILE))
 
@@ -97,18 +97,18 @@ EVIDENCE_FILE = ROOT / "data" / readme.EVIDENCE_FILE_NAME
 
 
 def test_readme_decision_block_is_generated_from_the_saved_evidence():
-    from funcbwd.studies.review import review
+    from funcbwd_lab.studies.review import review
 
     assert block("decision") == readme.decision_markdown(review.load_evidence(EVIDENCE_FILE))
 
 
 def test_readme_decision_summary_is_generated_from_the_saved_evidence():
-    from funcbwd.studies.review import review
+    from funcbwd_lab.studies.review import review
 
     d = review.decision(review.load_evidence(EVIDENCE_FILE))
     summary = block("decision-summary")
-    from funcbwd.studies.bench import results as bench_results
-    from funcbwd.studies.bench import text as bench_text
+    from funcbwd_lab.studies.bench import results as bench_results
+    from funcbwd_lab.studies.bench import text as bench_text
 
     bench = bench_results.load(BENCH_FILE)
     assert summary == readme.decision_summary_markdown(review.load_evidence(EVIDENCE_FILE), bench)
@@ -124,7 +124,7 @@ def test_readme_decision_summary_is_generated_from_the_saved_evidence():
 def test_saved_evidence_counts_are_the_saved_matrix_counts():
     """The evidence's counts (what the decision weighs) are those of the saved matrix, which
     test_saved_matrix_equals_a_fresh_run compares with a fresh run; a stale evidence file fails."""
-    from funcbwd.studies.review import review
+    from funcbwd_lab.studies.review import review
 
     evidence = review.load_evidence(EVIDENCE_FILE)
     results = records.load(MATRIX_FILE)
@@ -142,7 +142,7 @@ def test_notebooks_show_the_decision_of_the_saved_evidence():
     pick the saved evidence gives (the README's)."""
     import re
 
-    from funcbwd.studies.review import review
+    from funcbwd_lab.studies.review import review
 
     pick = review.decision(review.load_evidence(EVIDENCE_FILE)).pick
     for name in ("00_overview", "design_review"):
@@ -154,7 +154,7 @@ def test_notebooks_show_the_decision_of_the_saved_evidence():
 
 
 def test_readme_live_block_is_generated_from_the_saved_table():
-    from funcbwd.studies.deletable import render as live
+    from funcbwd_lab.studies.deletable import render as live
 
     saved = json.loads((ROOT / "data" / live.LIVE_FILE_NAME).read_text())
     assert block("live") == live.markdown(saved)
@@ -162,7 +162,7 @@ def test_readme_live_block_is_generated_from_the_saved_table():
 
 
 def test_readme_coverage_block_is_generated_from_the_saved_sweep():
-    from funcbwd.studies.coverage import data, render, summary
+    from funcbwd_lab.studies.coverage import data, render, summary
 
     doc = data.load(ROOT / "data" / data.FILE_NAME)
     assert block("coverage") == render.markdown(doc, summary.summarize(doc["records"]))
@@ -170,7 +170,7 @@ def test_readme_coverage_block_is_generated_from_the_saved_sweep():
 
 # ------------------------------------------------------------------------------ the findings
 def test_readme_findings_block_lists_the_findings_registry():
-    from funcbwd.studies.findings import findings
+    from funcbwd_lab.studies.findings import findings
 
     text = block("findings")
     assert text == readme.findings_markdown(findings.FINDINGS)
@@ -194,12 +194,12 @@ def _text_with_risky_words() -> str:
 
 
 def test_wrap_keeps_code_spans_whole_and_never_starts_a_line_with_markdown():
-    text = _text_with_risky_words() + " `python -m funcbwd findings --only x`"
+    text = _text_with_risky_words() + " `python -m funcbwd_lab findings --only x`"
     for width in range(20, 60):
         lines = readme.wrap(text, "1. ", "   ", width=width)
         assert " ".join(" ".join(lines)[3:].split()) == " ".join(text.split())  # the same words
         assert not [l for l in lines[1:] if RISKY.match(l)], (width, lines)
-        assert any("`python -m funcbwd findings --only x`" in l for l in lines)
+        assert any("`python -m funcbwd_lab findings --only x`" in l for l in lines)
         assert all(len(l) <= width or " " not in l.strip() or "`" in l or RISKY.match(l.split()[-1])
                    for l in lines)
     # the check can fail: plain textwrap puts a ">=" (a quote) or "-" (a list) at a line start
@@ -321,8 +321,8 @@ def test_bench_prose_numbers_are_the_saved_runs():
     """docs/bench.md's prose quotes the decision's basis (data/bench-quick.json, median over the 8
     test ops at batch >= 64) and the target status beside the median; handfixed/builtin is one
     number; no sentence is left unfinished."""
-    from funcbwd.studies.bench import results as bench_results
-    from funcbwd.studies.bench import text as bench_text
+    from funcbwd_lab.studies.bench import results as bench_results
+    from funcbwd_lab.studies.bench import text as bench_text
 
     bench = bench_results.load(BENCH_FILE)
     costs = bench_results.cost_summary(dict(bench))

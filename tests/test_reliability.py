@@ -10,10 +10,10 @@ import torch
 from torch.func import vjp, vmap
 
 from funcbwd import internals
-from funcbwd.ops import inject
-from funcbwd.run import runner
-from funcbwd.run.scenarios import SCENARIOS, Case
-from funcbwd.strategies import available, get_strategy
+from funcbwd_lab.ops import inject
+from funcbwd_lab.run import runner
+from funcbwd_lab.run.scenarios import SCENARIOS, Case
+from funcbwd_lab.strategies import available, get_strategy
 
 FORMULA_STRATEGIES = [s for s in available() if s not in ("builtin", "compiled")]  # compiled: tests/test_compiled.py
 SCENARIOS_RUN = ["vmap_cotangents", "vmap_all_args", "vjp_of_vjp", "grad_inside_vmap", "jacrev"]
@@ -66,7 +66,7 @@ def test_base_exception_in_formula_leaves_no_state(strategy, point):
 @pytest.mark.parametrize("strategy", FORMULA_STRATEGIES)
 def test_user_code_raising_inside_vmapped_function_leaves_no_state(strategy):
     st = get_strategy(strategy)
-    from funcbwd import legacy
+    from funcbwd_lab import legacy
 
     before = _snapshot(strategy)
     x = torch.randn(3, 5)
@@ -95,7 +95,7 @@ def test_two_threads_with_different_strategies(pair):
     missing = [s for s in pair if s not in available()]
     if missing:
         pytest.skip(f"strategy not available: {missing}")
-    from funcbwd import legacy
+    from funcbwd_lab import legacy
 
     x = torch.randn(3, 5)
     cts = torch.randn(6, 3)

@@ -1,4 +1,4 @@
-"""``python -m funcbwd report``: one self-contained HTML file with every section, no URL that a
+"""``python -m funcbwd_lab report``: one self-contained HTML file with every section, no URL that a
 browser would fetch, plotly.js embedded once; and (marker ``browser``) it renders in Chromium
 offline with the plotly heatmap drawn."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from funcbwd import cli
-from funcbwd.studies.matrix import matrix
-from funcbwd.views import report
+from funcbwd_lab import cli
+from funcbwd_lab.studies.matrix import matrix
+from funcbwd_lab.views import report
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "test-output" / "report"
@@ -26,14 +26,14 @@ STDERR: dict[str, str] = {}  # what the report command printed on stderr, by fix
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """A small report (one op, first sample, two strategies) written by ``python -m funcbwd
+    """A small report (one op, first sample, two strategies) written by ``python -m funcbwd_lab
     report`` in a fresh interpreter from the repository (its ``data/``); keeps what it printed on
     stderr (``built_stderr``)."""
     import subprocess
     import sys
 
     out = tmp_path_factory.mktemp("report") / "report.html"
-    done = subprocess.run([sys.executable, "-m", "funcbwd", "report", "--ops", ",".join(OPS), "--quick",
+    done = subprocess.run([sys.executable, "-m", "funcbwd_lab", "report", "--ops", ",".join(OPS), "--quick",
                            "--strategies", STRATEGIES, "--quiet", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     STDERR["built"] = done.stderr
@@ -106,7 +106,7 @@ def test_report_opens_with_the_decision(built):
 def test_report_command_prints_nothing_on_stderr(built):
     """--quiet: no progress lines, and no warning torch or the strategies raise on the way."""
     rc, _, _ = built
-    assert rc == 0 and STDERR["built"] == "", f"stderr of python -m funcbwd report:\n{STDERR['built'][-2000:]}"
+    assert rc == 0 and STDERR["built"] == "", f"stderr of python -m funcbwd_lab report:\n{STDERR['built'][-2000:]}"
 
 
 def test_report_fetches_nothing(built):
@@ -142,8 +142,8 @@ def test_missing_saved_data_becomes_a_visible_note(tmp_path):
 
 def test_data_dir_is_explicit_and_read(tmp_path, monkeypatch):
     """--data DIR is where the saved results come from (default: $FUNCBWD_DATA, else ./data)."""
-    from funcbwd import command as cli_report
-    from funcbwd.studies.coverage.data import FILE_NAME as COVERAGE_FILE
+    from funcbwd_lab import command as cli_report
+    from funcbwd_lab.studies.coverage.data import FILE_NAME as COVERAGE_FILE
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(cli_report.DATA_ENV, raising=False)
@@ -252,7 +252,7 @@ def test_the_matrix_has_no_row_of_only_na_and_never_breaks_a_name(built):
 
 
 def test_rows_where_nothing_applies_are_named_not_drawn():
-    from funcbwd.run.runner import CellResult
+    from funcbwd_lab.run.runner import CellResult
 
     results = [CellResult("diag", "s", "jacrev", "plain", "pass"),
                CellResult("diag", "s", "vmap_jvp", "plain", "not_applicable")]

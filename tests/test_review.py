@@ -1,4 +1,4 @@
-"""The design review's decision (funcbwd.studies.review.review) and its rendering (funcbwd.studies.review.decision).
+"""The design review's decision (funcbwd_lab.studies.review.review) and its rendering (funcbwd_lab.studies.review.decision).
 
 The pick is computed from evidence, never typed: each test changes the evidence and watches the
 pick, the sentences or the counts follow (a mutation the check must see). Counts come from cells
@@ -11,9 +11,9 @@ import copy
 
 import pytest
 
-from funcbwd.studies.review import review
-from funcbwd.studies.review import text as review_text
-from funcbwd.run.runner import CellResult
+from funcbwd_lab.studies.review import review
+from funcbwd_lab.studies.review import text as review_text
+from funcbwd_lab.run.runner import CellResult
 
 
 def _cell(op, sc, st, status, sample="s0", reason="", fb=(), ran=True):
@@ -72,7 +72,7 @@ def test_unsolved_cells_are_those_no_candidate_passes():
 
 
 def test_basis_says_which_samples():
-    from funcbwd.run.runner import run
+    from funcbwd_lab.run.runner import run
 
     assert review.basis(CELLS)["samples"] == "some"  # not registered sample names
     first = [run("diag", "vmap_cotangents", "plain")]
@@ -185,7 +185,7 @@ def test_rank_strategies_orders_by_criteria_and_says_why():
 
 # ------------------------------------------------------------------------------ rendering
 def test_decision_block_renders_the_decision():
-    from funcbwd.studies.review import decision as dv
+    from funcbwd_lab.studies.review import decision as dv
 
     d = review.decision(_evidence())
     block = dv.block(d)
@@ -198,7 +198,7 @@ def test_decision_block_renders_the_decision():
 
 
 def test_decision_chart_is_categorical_with_units():
-    from funcbwd.studies.review import decision as dv
+    from funcbwd_lab.studies.review import decision as dv
 
     fig = dv.chart(review.decision(_evidence()))
     bars = [t for t in fig.data if t.type == "bar" and t.showlegend is False]
@@ -212,7 +212,7 @@ def test_decision_chart_is_categorical_with_units():
 
 
 def test_heatmap_legend_is_categorical():
-    from funcbwd.views import display
+    from funcbwd_lab.views import display
 
     fig = display.matrix_heatmap(CELLS)
     assert fig.data[0].type == "heatmap" and fig.data[0].showscale is False
@@ -223,7 +223,7 @@ def test_heatmap_legend_is_categorical():
 
 def test_explorer_stored_view_is_static_html_not_the_widget_repr():
     pytest.importorskip("ipywidgets")
-    from funcbwd.views.widgets import Explorer
+    from funcbwd_lab.views.widgets import Explorer
 
     view = lambda op, st, sc: f"<pre>{op}/{st}/{sc}</pre>"  # noqa: E731
     ex = Explorer(CELLS, ops=["diag", "prod"], strategies=["plain", "a", "b", "c"],
@@ -246,7 +246,7 @@ def _with_compiled(**timings) -> review.Evidence:
 
 
 def test_compiled_is_a_reference_row_whose_untimed_columns_say_why():
-    from funcbwd.studies.review import decision as dv
+    from funcbwd_lab.studies.review import decision as dv
 
     d = review.decision(_with_compiled())
     assert [r["strategy"] for r in d.references] == ["builtin", "compiled"]
@@ -266,7 +266,7 @@ def test_compiled_is_a_reference_row_whose_untimed_columns_say_why():
 
 
 def test_decision_text_fits_100_columns_with_every_reference():
-    from funcbwd.studies.review import decision as dv
+    from funcbwd_lab.studies.review import decision as dv
 
     d = review.decision(_with_compiled())
     text = dv.text(d)
@@ -276,7 +276,7 @@ def test_decision_text_fits_100_columns_with_every_reference():
 
 
 def test_bench_text_names_the_untimed_slow_strategy():
-    from funcbwd.studies.bench import text as bench_text
+    from funcbwd_lab.studies.bench import text as bench_text
 
     results = {"config": {"strategies": ["plain", "builtin", "handfixed", "traced"]}}
     line = bench_text.format_untimed(results)
@@ -289,7 +289,7 @@ def test_the_compiled_answer_is_computed_from_the_study():
     import json
     from pathlib import Path
 
-    from funcbwd.studies.review import compiled_answer as ca
+    from funcbwd_lab.studies.review import compiled_answer as ca
 
     data = json.loads((Path(__file__).resolve().parents[1] / "data" / "compiled.json").read_text())
     n = len(data["outcomes"])

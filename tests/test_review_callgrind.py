@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from funcbwd.studies.review import callgrind
+from funcbwd_lab.studies.review import callgrind
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from funcbwd.studies.review import compiled_autograd
+from funcbwd_lab.studies.review import compiled_autograd
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -10,16 +10,16 @@ from pathlib import Path
 import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
-import funcbwd.ops as O
+import funcbwd_lab.ops as O
 from funcbwd.fx.formula_graphs import formula_args_for
-from funcbwd.studies.review import subclass
+from funcbwd_lab.studies.review import subclass
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def test_saved_table_is_a_fresh_run():
     saved = subclass.load(DATA)
-    assert saved is not None, "python -m funcbwd.studies.review.subclass --out data/review-subclass.json"
+    assert saved is not None, "python -m funcbwd_lab.studies.review.subclass --out data/review-subclass.json"
     fresh = subclass.run()
     assert saved["rows"] == fresh["rows"] and saved["summary"] == fresh["summary"]
 

@@ -1,4 +1,4 @@
-"""The generated RFC (funcbwd.studies.review.rfc, ``python -m funcbwd rfc``): the committed
+"""The generated RFC (funcbwd_lab.studies.review.rfc, ``python -m funcbwd_lab rfc``): the committed
 docs/rfc.md is a fresh generation from the saved data; it says "not yet measured" without the
 sweep's data and lists the retired xfails from a (synthetic) sweep document; a change in the
 input changes it; every line fits 100 columns; the CLI writes it."""
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from funcbwd.studies.coverage import data as coverage_data
-from funcbwd.studies.coverage import upstream
-from funcbwd.studies.review import rfc
+from funcbwd_lab.studies.coverage import data as coverage_data
+from funcbwd_lab.studies.coverage import upstream
+from funcbwd_lab.studies.review import rfc
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -30,7 +30,7 @@ def generated(inputs):
 
 
 def test_committed_rfc_is_a_fresh_generation(generated):
-    assert COMMITTED.read_text() == generated, "regenerate: python -m funcbwd rfc --out docs/rfc.md"
+    assert COMMITTED.read_text() == generated, "regenerate: python -m funcbwd_lab rfc --out docs/rfc.md"
 
 
 def test_rfc_is_deterministic_and_fits_100_columns(inputs, generated):
@@ -106,7 +106,7 @@ def test_a_change_in_the_input_changes_the_rfc(inputs, generated):
 
 
 def test_cli_writes_the_rfc_and_the_cpp_cost_text(tmp_path, capsys, generated):
-    from funcbwd import cli
+    from funcbwd_lab import cli
 
     out = tmp_path / "rfc.md"
     assert cli.main(["rfc", "--data", str(DATA), "--out", str(out), "--quiet"]) == 0
@@ -119,7 +119,7 @@ def test_cli_writes_the_rfc_and_the_cpp_cost_text(tmp_path, capsys, generated):
 
 
 def test_the_ten_objections_table_links_each_answer_and_its_evidence(generated):
-    from funcbwd.studies.review import objections
+    from funcbwd_lab.studies.review import objections
 
     table = generated[generated.index("## The ten objections"):]
     rows = [line for line in table.splitlines() if line.startswith("| [")]

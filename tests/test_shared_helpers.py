@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from funcbwd.studies.bench import results, timing
+from funcbwd_lab.studies.bench import results, timing
 
 
 def test_strict_json_writes_what_was_not_measured_as_null():

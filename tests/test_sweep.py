@@ -1,4 +1,4 @@
-"""The OpInfo sweep on a handful of ops (the whole database is ``python -m funcbwd coverage``):
+"""The OpInfo sweep on a handful of ops (the whole database is ``python -m funcbwd_lab coverage``):
 it runs the engine's cells (breaking the runner's comparison breaks it too), every functorch
 composition with its records' composition and dtype, resumes to the same result, runs on Dask
 like serially, and turns records into summaries and upstream verdicts."""
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from funcbwd import internals
-from funcbwd.run import runner
-from funcbwd.run.compare import Comparison
-from funcbwd.studies.coverage import data, render, summary, sweep, verdicts, upstream
+from funcbwd_lab.run import runner
+from funcbwd.compare import Comparison
+from funcbwd_lab.studies.coverage import data, render, summary, sweep, verdicts, upstream
 
 #: the cheap compositions (vmapvjpvjp/vmapjvpvjp: builtin only, in their own tests)
 PLAN = sweep.Plan({"float32": {"vmapvjp": 1, "vmapjvpall": 1, "vjpvmap": 1}}, budget_s=60.0)
@@ -204,7 +204,7 @@ def test_the_deep_pass_covers_every_inplace_cell_of_the_saved_sweep():
     from it, or one it has that the sweep does not, fails here)."""
     from pathlib import Path
 
-    from funcbwd.studies.coverage import deep
+    from funcbwd_lab.studies.coverage import deep
 
     root = Path(__file__).resolve().parents[1] / "data"
     doc = json.loads((root / deep.FILE_NAME).read_text())
@@ -230,7 +230,7 @@ def test_a_fallback_inside_a_graph_is_recorded_where_it_happens(capfd):
     # traced_backward's graph calls _unique (index_fill's backward: no batching rule and no
     # decomposition, so it stays in the graph) through an OpOverload: vmap's fallback warning
     # goes from C++ to the process's stderr, never to Python's warnings; it must still be counted
-    from funcbwd.studies.coverage import opinfo
+    from funcbwd_lab.studies.coverage import opinfo
 
     op = opinfo.op_by_id("index_fill")  # sample 1: a tensor fill value (its grad takes _unique)
     spec, smp = opinfo.case_for(op, opinfo.samples(op, __import__("torch").float32, 2)[1], "1")
@@ -266,7 +266,7 @@ def test_stale_needs_every_sample_and_the_cap_is_in_the_records():
 
 
 def test_the_inplace_shape_error_is_an_inplace_failure():
-    from funcbwd.run.outcomes import classify, is_inplace
+    from funcbwd_lab.run.outcomes import classify, is_inplace
 
     msg = "output with shape [2, 2, 3, 3] doesn't match the broadcast shape [3, 2, 2, 3, 3]"
     assert classify(RuntimeError(msg)) == "inplace_shape"
@@ -284,8 +284,8 @@ def test_the_stale_rerun_ran_every_sample_and_its_block_is_generated():
     committed sweep's stale verdicts; docs/opinfo-sweep.md shows what changed."""
     from pathlib import Path
 
-    from funcbwd.studies.coverage import stale_rerun
-    from funcbwd.views import readme
+    from funcbwd_lab.studies.coverage import stale_rerun
+    from funcbwd_lab.views import readme
 
     root = Path(__file__).resolve().parents[1]
     old = data.load(root / "data" / data.FILE_NAME)
@@ -313,8 +313,8 @@ def test_the_stale_rerun_ran_every_sample_and_its_block_is_generated():
 
 
 def test_the_rest_rerun_covers_the_other_stale_cells_and_its_block_is_generated():
-    from funcbwd.studies.coverage import stale_rerun
-    from funcbwd.views import readme
+    from funcbwd_lab.studies.coverage import stale_rerun
+    from funcbwd_lab.views import readme
 
     root = Path(__file__).resolve().parents[1]
     old = data.load(root / "data" / data.FILE_NAME)
@@ -328,7 +328,7 @@ def test_the_rest_rerun_covers_the_other_stale_cells_and_its_block_is_generated(
 
 
 def test_a_worker_that_died_is_unresolved_not_a_reproduced_failure():
-    from funcbwd.studies.coverage import data, verdicts
+    from funcbwd_lab.studies.coverage import data, verdicts
 
     doc = data.load(Path(__file__).resolve().parents[1] / "data" / data.FILE_NAME)
     mha = [v for v in doc["upstream_xfails"] if v["op"] == "nn.functional.multi_head_attention_forward"]
@@ -339,7 +339,7 @@ def test_a_worker_that_died_is_unresolved_not_a_reproduced_failure():
 
 
 def test_the_rest_of_the_stale_cells_complete_the_named_ones():
-    from funcbwd.studies.coverage import stale_rerun
+    from funcbwd_lab.studies.coverage import stale_rerun
 
     doc = data.load(Path(__file__).resolve().parents[1] / "data" / data.FILE_NAME)
     named, rest = stale_rerun.stale_cells(doc), stale_rerun.rest_cells(doc)
@@ -352,7 +352,7 @@ def test_the_rest_of_the_stale_cells_complete_the_named_ones():
 def test_saved_upstream_verdicts_are_the_every_sample_recomputation():
     # The file's upstream_xfails are derived state: they must equal the verdicts recomputed with
     # the sweep's sample caps, so no "stale" rests on one sample where upstream loops over all.
-    from funcbwd.studies.coverage import data, verdicts
+    from funcbwd_lab.studies.coverage import data, verdicts
 
     doc = data.load(Path(__file__).resolve().parents[1] / "data" / "coverage.json.gz")
     saved = [(v["test"], v["op"], v["variant"], v["verdict"]) for v in doc["upstream_xfails"]]
@@ -391,7 +391,7 @@ def test_the_verdict_and_regression_tables_keep_every_word_whole():
 
 
 def test_the_rfc_lists_what_the_every_sample_reruns_find_stale(tmp_path):
-    from funcbwd.studies.review import objections
+    from funcbwd_lab.studies.review import objections
 
     root = Path(__file__).resolve().parents[1] / "data"
     doc = data.load(root / data.FILE_NAME)

@@ -5,12 +5,12 @@ functionalizing strategy fails or mismatches), each reduced to the smallest case
   picks the view on the trace's unbatched strides). Under vmap an intermediate's per-sample
   strides follow the batched physical tensor, the view is impossible and the graph raised "view
   size is not compatible" where eager copies (stft, float32 sample 8 and complex64 sample 0,
-  vmapvjp, in_dims -1). Fixed by :func:`funcbwd.strategies.traced_backward.reshape_views`.
+  vmapvjp, in_dims -1). Fixed by :func:`funcbwd_lab.strategies.traced_backward.reshape_views`.
 * ``traced_backward``'s graph bypasses the autograd engine, which sums every node's grad to its
   input's shape. torch 2.13's vmap rule for ``_cdist_backward`` returns an empty cdist's grad
   with a leading 1 (``(1, 3, 5)`` for ``x1`` of ``(3, 5)``; unbatched: ``(3, 5)``): eager's engine
   hides it, the graph returned it (cdist, 32 float32 vmapvjp samples with an empty input).
-  Worked around by :func:`funcbwd.strategies.traced_backward.reduced_to`.
+  Worked around by :func:`funcbwd_lab.strategies.traced_backward.reduced_to`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pytest
 import torch
 from torch.func import vjp, vmap
 
-from funcbwd.strategies import provenance
-from funcbwd.strategies.traced_backward import TracedBackward
+from funcbwd_lab.strategies import provenance
+from funcbwd_lab.strategies.traced_backward import TracedBackward
 
 B = 3
 
@@ -108,7 +108,7 @@ def _functionalized_backward(f, x, ct):
 
 def test_functionalized_copy_has_no_derivative_in_torch():
     """The torch limitations behind the sweep's remaining regressions of whole and hooks
-    (funcbwd.studies.coverage.causes): torch-only, nothing of funcbwd. Fails the day torch gives
+    (funcbwd_lab.studies.coverage.causes): torch-only, nothing of funcbwd. Fails the day torch gives
     aten::copy (and complex slice_scatter) derivatives: then the causes table is out of date."""
     from torch.func import jvp, vjp
 
@@ -127,7 +127,7 @@ def test_functionalized_copy_has_no_derivative_in_torch():
 
 
 def test_every_cause_names_a_test_that_exists_and_matching_is_strict():
-    from funcbwd.studies.coverage import causes
+    from funcbwd_lab.studies.coverage import causes
 
     here = open(__file__).read()
     for c in causes.CAUSES:

@@ -1,5 +1,5 @@
-"""The terminal layer: the one text-table formatter (:mod:`funcbwd.tables`), the one progress
-reporter (:mod:`funcbwd.progress`) and unknown names' errors (:class:`funcbwd.errors.
+"""The terminal layer: the one text-table formatter (:mod:`funcbwd_lab.tables`), the one progress
+reporter (:mod:`funcbwd_lab.progress`) and unknown names' errors (:class:`funcbwd.errors.
 UnknownNameError`). Pure Python, no torch: fast."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import io
 
 import pytest
 
-from funcbwd import tables
+from funcbwd_lab import tables
 from funcbwd.errors import UnknownNameError, check_name, listing, parse_names, suggest
-from funcbwd.progress import Progress
+from funcbwd_lab.progress import Progress
 
 WORDS = "the quick brown fox jumps over the lazy dog".split()
 

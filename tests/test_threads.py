@@ -1,5 +1,5 @@
 """Objection 9 (issue 28): backward through traced strategy graphs on several threads at once
-(:func:`funcbwd.studies.review.threads.stress`): 4 threads x 12 calls under one cold ``traced``
+(:func:`funcbwd_lab.studies.review.threads.stress`): 4 threads x 12 calls under one cold ``traced``
 strategy, results bit-equal to a single-threaded run, no thread hung (joined with a timeout), one
 trace per signature across threads, the trace lock at rest after. Without the process-wide trace
 lock the threads trace the same signatures more than once and the last assertion fails."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from funcbwd.studies.review import threads
+from funcbwd_lab.studies.review import threads
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -84,7 +84,7 @@ def test_a_trace_while_dynamo_traces_is_refused(monkeypatch):
 def test_saved_compile_evidence_says_works_and_caches_a_graph():
     from pathlib import Path
 
-    from funcbwd.studies.review import compile_tool
+    from funcbwd_lab.studies.review import compile_tool
 
     saved = compile_tool.load(Path(__file__).resolve().parents[1] / "data")
     assert saved is not None and set(saved["backends"]) == set(compile_tool.BACKENDS)

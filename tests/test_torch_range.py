@@ -1,7 +1,7 @@
 """Issue 31, item 8: the light install (`pip install funcbwd`) accepts a range of torch releases,
 so it does not replace a user's torch; the workbench keeps its exact pin (its extras, what the
-Makefile installs) because its saved data were computed with it; `make test-newest-torch` runs
-the tool's tests on the newest torch pip allows, in a venv of its own."""
+Makefile installs) because its saved data were computed with it; `make test-newest` runs the
+suite on the newest versions the ranges allow (torch included), in a venv of its own."""
 
 from __future__ import annotations
 
@@ -48,15 +48,22 @@ def test_make_installs_the_exact_pin():
     assert out.split() == [".venv/bin/python", "-m", "pip", "install", "--quiet", "torch==2.13.0"]
 
 
-def test_make_test_newest_torch_uses_a_venv_of_its_own_and_the_range():
-    lines = _make("test-newest-torch").splitlines()
-    assert lines[0].endswith("-m venv .venv-newest-torch")
-    torch_line = next(line for line in lines if "torch>=" in line)
-    assert "--upgrade" in torch_line and "torch>=2.13,<2.16" in torch_line
-    assert any(line.endswith("pip install --quiet --no-deps -e .") for line in lines)
+def test_make_test_newest_uses_a_venv_of_its_own_and_the_ranges():
+    lines = _make("test-newest").splitlines()
+    assert lines[2].endswith("-m venv .venv-newest")
+    newest = next(line for line in lines if "tools/lock.py newest" in line)
+    install = next(line for line in lines if "-r .venv-newest/newest.txt" in line)
+    assert "--upgrade" in install and "PIP_CONSTRAINT=/dev/null" in install
+    assert any(line.endswith("pip install --quiet --no-deps --no-build-isolation -e .")
+               for line in lines)
     tests = lines[-1].split()
-    assert tests[:4] == [".venv-newest-torch/bin/python", "-m", "pytest", "-q"]
-    files = [t for t in tests if t.startswith("tests/")]
-    assert {"tests/test_tool_functionalized.py", "tests/test_doctor.py",
-            "tests/test_traced.py"} <= set(files) and all((ROOT / f).exists() for f in files)
-    assert ".venv-newest-torch/" in (ROOT / ".gitignore").read_text()
+    assert tests[:6] == ["env", "FUNCBWD_NEWEST=1", ".venv-newest/bin/python", "-m", "pytest", "-q"]
+    assert tests[6:8] == ["tests", "notebooks"]
+    assert ".venv-newest/" in (ROOT / ".gitignore").read_text()
+
+
+def test_the_newest_requirements_take_torch_by_its_range():
+    out = subprocess.run(["python3", "tools/lock.py", "newest"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert "torch>=2.13,<2.16" in out and "torch==2.13.0" not in out
+    assert any(line.startswith("jupytext>=") for line in out)

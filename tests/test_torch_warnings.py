@@ -10,7 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from funcbwd import command
+from funcbwd_lab import command
 
 ROOT = Path(__file__).resolve().parents[1]
 CPP = ("[W1204 18:33:15.526185959 BatchedFallback.cpp:82] Warning: There is a performance drop "
@@ -45,7 +45,7 @@ def test_nothing_is_said_without_a_fallback():
 
 
 def test_bench_prints_no_raw_cpp_warning_and_fits_100_columns():
-    p = subprocess.run([sys.executable, "-m", "funcbwd", "bench", "--ops", "masked_select",
+    p = subprocess.run([sys.executable, "-m", "funcbwd_lab", "bench", "--ops", "masked_select",
                         "--batches", "2", "--sizes", "small", "--repeats", "1", "--no-profile"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT,
                        env={**os.environ, "PYTHONPATH": str(ROOT / "lib")})

@@ -6,10 +6,11 @@ import re
 
 import pytest
 
-from funcbwd import cli, internals
-from funcbwd.studies.trace import trace as T
+from funcbwd import internals
+from funcbwd_lab import cli
+from funcbwd_lab.studies.trace import trace as T
 from funcbwd.errors import UnknownNameError
-from funcbwd.strategies import get_strategy
+from funcbwd_lab.strategies import get_strategy
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,14 @@ import pytest
 import torch
 from torch.func import vjp, vmap
 
-from funcbwd import internals, legacy
+from funcbwd import internals
+from funcbwd_lab import legacy
 from funcbwd.fx import elide
-from funcbwd.ops import registry
-from funcbwd.run import runner
+from funcbwd_lab.ops import registry
+from funcbwd_lab.run import runner
 from funcbwd.fx.formula_graphs import flatten_args, formula_args_for, positional_key, trace_formula
-from funcbwd.strategies import get_strategy, provenance
-from funcbwd.strategies.traced import FALLBACK, GRAPH, Traced, Untraceable
+from funcbwd_lab.strategies import get_strategy, provenance
+from funcbwd_lab.strategies.traced import FALLBACK, GRAPH, Traced, Untraceable
 
 FIXED_OPS = ("diag", "index_select", "topk", "sort", "mode", "clamp")
 

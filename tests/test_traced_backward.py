@@ -13,10 +13,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from funcbwd import internals
 from funcbwd.fx.formula_graphs import blank, tensor_spec
-from funcbwd.strategies import provenance
-from funcbwd.strategies import joint_build
-from funcbwd.strategies import traced_backward as tb
-from funcbwd.strategies.traced_backward import TracedBackward
+from funcbwd_lab.strategies import provenance
+from funcbwd_lab.strategies import joint_build
+from funcbwd_lab.strategies import traced_backward as tb
+from funcbwd_lab.strategies.traced_backward import TracedBackward
 
 B = 4
 
@@ -276,7 +276,7 @@ def test_an_elided_graph_failing_the_check_runs_un_elided(monkeypatch):
     """Mutation: an elision that breaks the graph (its first output scaled). The check refuses
     the elided graph, checks the un-elided one and runs it; without the mutation the elided
     graph runs."""
-    from funcbwd import batching
+    from funcbwd_lab import batching
     from funcbwd.fx import elide
 
     real = elide.elide_copies
@@ -336,7 +336,7 @@ def test_a_forward_that_falls_back_runs_as_a_decomposed_graph_from_the_second_ca
 
 
 def test_mutation_a_wrong_forward_decomposition_is_refused_by_the_check(monkeypatch):
-    from funcbwd.fx import fallback_free
+    from funcbwd_lab.fx import fallback_free
 
     real = fallback_free.decomposition
 

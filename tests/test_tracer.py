@@ -13,7 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from funcbwd import internals
 from funcbwd.fx import formula_graphs as FG
 from funcbwd.fx import tracer
-from funcbwd.ops import registry
+from funcbwd_lab.ops import registry
 
 CPU = torch.device("cpu")
 
@@ -109,7 +109,7 @@ def test_closure_tensors_become_constants():
 def test_tracing_imports_no_dynamo_or_sympy():
     code = ("import sys, torch, funcbwd\n"
             "from funcbwd.fx import formula_graphs as FG\n"
-            "from funcbwd.ops import get_op\n"
+            "from funcbwd_lab.ops import get_op\n"
             "op = get_op('diag')\n"
             "FG.build(op.formula, FG.formula_args_for(op, op.sample()))\n"
             "bad = [m for m in ('torch._dynamo', 'torch._inductor', 'sympy') if m in sys.modules]\n"

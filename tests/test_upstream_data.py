@@ -1,4 +1,4 @@
-"""funcbwd.studies.coverage.upstream: functorch's expected failures, as reviewed data.
+"""funcbwd_lab.studies.coverage.upstream: functorch's expected failures, as reviewed data.
 
 Well-formed entries; a reason wherever upstream has a comment next to the entry; every op name in
 torch's op_db (or autograd_function_db) unless listed as gone, with why; no duplicate per (test,
@@ -16,8 +16,8 @@ import pytest
 
 from funcbwd import internals
 from funcbwd.errors import UnknownNameError
-from funcbwd.studies.coverage import upstream as U
-from funcbwd.studies.coverage.upstream_sets import SECTIONS, SET_LINES, SETS
+from funcbwd_lab.studies.coverage import upstream as U
+from funcbwd_lab.studies.coverage.upstream_sets import SECTIONS, SET_LINES, SETS
 
 KINDS = {"xfail", "skip", "decorator"}
 

@@ -9,11 +9,12 @@ import pytest
 import torch
 from torch.func import vmap
 
-from funcbwd import internals, legacy
-from funcbwd.ops import registry
-from funcbwd.run import outcomes, runner
+from funcbwd import internals
+from funcbwd_lab import legacy
+from funcbwd_lab.ops import registry
+from funcbwd_lab.run import outcomes, runner
 from funcbwd.errors import BadInputError
-from funcbwd.strategies import get_strategy
+from funcbwd_lab.strategies import get_strategy
 # the reliability harness is shared with the hooks tests (same checks, other strategy)
 NONSQUARE = "3x5 k=1"  # diag's sample that takes the in-place copy_ branch
 
@@ -101,7 +102,7 @@ def test_bad_input_names_what_was_wrong(st):
 
 
 # ------------------------------------------------------------------------------ reliability
-# Raising formulas at every point x scenario: tests/test_reliability.py (funcbwd.ops.inject).
+# Raising formulas at every point x scenario: tests/test_reliability.py (funcbwd_lab.ops.inject).
 def test_no_functionalize_level_outlives_a_vjp_fn_call(st):
     out, vjp_fn = st.vjp(lambda x: legacy.diag(x, 1), torch.randn(3, 5))
     vmap(vjp_fn)(torch.randn(2, *out.shape))

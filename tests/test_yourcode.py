@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from funcbwd.fx import formula_graphs
-from funcbwd.studies.yourcode import issue_cases as cases
+from funcbwd_lab.studies.yourcode import issue_cases as cases
 
 CELLS = [(c, t) for c in cases.CASES for t in cases.TRANSFORMS]
 #: where each upstream report says plain torch.func fails (the rest pass plain too)
@@ -60,7 +60,7 @@ def test_saved_bench_has_its_meta_and_renders_in_100_columns():
     import json
     from pathlib import Path
 
-    from funcbwd.studies.yourcode import bench
+    from funcbwd_lab.studies.yourcode import bench
 
     saved = json.loads((Path(__file__).resolve().parents[1] / "data/yourcode-bench.json").read_text())
     assert {"torch", "batches", "pairs", "quick"} <= set(saved["meta"])

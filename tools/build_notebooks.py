@@ -198,21 +198,27 @@ def javascript_numbers(obj):
     return obj
 
 
-def without_tool_versions(nb):
-    """``nb`` without the patch version of the Python its kernel ran
-    (``metadata.language_info.version``, "3.11.7"): a machine with another 3.11 would rewrite
-    every notebook it runs. The project's save hook (jupyter_config/) drops it too."""
-    nb.get("metadata", {}).get("language_info", {}).pop("version", None)
-    return nb
+def keep_stored_python_version(nb, path: Path) -> None:
+    """``nb`` about to be written to ``path``: its ``metadata.language_info.version`` (the Python
+    patch version the kernel reported, "3.11.7") set to what the file there already stores, so a
+    machine with another 3.11 rewrites nothing when it runs and saves a notebook. The project's
+    save hook (jupyter_config/) does the same for JupyterLab's saves; a new notebook keeps its
+    kernel's version."""
+    import json
+
+    if not path.exists():
+        return
+    stored = json.loads(path.read_text()).get("metadata", {}).get("language_info", {})
+    info = nb.get("metadata", {}).get("language_info")
+    if info is not None and "version" in stored:
+        info["version"] = stored["version"]
 
 
 def as_jupyterlab_holds(nb):
     """What JupyterLab does to a notebook it opens or runs before it saves it: consecutive stream
-    outputs merged (:func:`merge_streams`), numbers through JavaScript (:func:`javascript_numbers`);
-    and what the project's save hook drops (:func:`without_tool_versions`)."""
+    outputs merged (:func:`merge_streams`), numbers through JavaScript (:func:`javascript_numbers`)."""
     merge_streams(nb)
     javascript_numbers(nb)
-    without_tool_versions(nb)
     return nb
 
 
@@ -232,6 +238,7 @@ def contents_manager(root: Path):
 def lab_save(nb, path: Path, root: Path = ROOT) -> None:
     """Save ``nb`` to ``path`` (an .ipynb under ``root``) the way JupyterLab does: the notebook
     model through jupytext's contents manager, which writes the .ipynb and its paired .py."""
+    keep_stored_python_version(nb, path)
     cm = contents_manager(root)
     rel = path.resolve().relative_to(root.resolve()).as_posix()
     asyncio.run(cm.save({"type": "notebook", "format": "json", "content": nb}, rel))

@@ -2,6 +2,7 @@
 
     python tools/lock.py write    # resolve pyproject.toml's extras anew -> locks/workbench.txt
     python tools/lock.py check    # the lock and pyproject.toml agree? (exit 1 and say why if not)
+    python tools/lock.py newest [FILE]  # what `make test-newest` installs (ranges, no lock)
 
 `make lock` runs `write`. It asks pip's own resolver (`pip install --dry-run --ignore-installed
 --report`) what installing the workbench (`.[lab,sweep,test]`, with the build tools `pip` and
@@ -133,9 +134,31 @@ def problems(lock: dict[str, str] | None = None, reqs: list[str] | None = None) 
     return out
 
 
+def newest() -> list[str]:
+    """What `make test-newest` installs: every requirement by its range, the newest pip finds.
+    torch by the light install's range (the extras' exact pin left out): the suite then runs on
+    the newest torch this machine's index allows."""
+    from packaging.requirements import Requirement
+
+    light = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pinned = {canonical(Requirement(r).name) for r in light}
+    out = list(light)
+    for text in requirements()[len(light):]:
+        if canonical(Requirement(text).name) not in pinned:
+            out.append(text)
+    return out
+
+
 def main(argv: list[str]) -> int:
     if argv == ["write"]:
         write()
+        return 0
+    if argv[:1] == ["newest"] and len(argv) <= 2:
+        text = "\n".join(newest()) + "\n"
+        if len(argv) == 2:
+            Path(argv[1]).write_text(text)
+        else:
+            sys.stdout.write(text)
         return 0
     if argv == ["check"]:
         found = problems()

@@ -5,7 +5,7 @@ block from computed results: the strategies table, the bad-input table, the benc
 findings list, the design review's evidence (data/review-evidence.json: that matrix over all
 samples, the saved bench run and the live probes) with the decision and its summary computed from
 it, the live (deletable branches) block and the OpInfo sweep's block. Each block is written in its
-home, ``funcbwd.views.readme.HOMES`` (the README keeps the decision summary and the findings; the
+home, ``funcbwd_lab.views.readme.HOMES`` (the README keeps the decision summary and the findings; the
 others live in docs/*.md, linked from the README). The paths are the repository's (this tool
 lives in it); the library only renders.
 Usage: python tools/update_readme.py [--reuse]"""
@@ -14,15 +14,15 @@ import json
 import sys
 from pathlib import Path
 
-from funcbwd.studies.bad_input import cases as bad_input
-from funcbwd.studies.coverage import data as coverage_data
-from funcbwd.studies.coverage import render as coverage_render
-from funcbwd.studies.coverage import summary as coverage_summary
-from funcbwd.studies.findings import findings
-from funcbwd.studies.matrix import matrix
-from funcbwd.studies.matrix import records
-from funcbwd.views import corpus, readme
-from funcbwd.studies.deletable import render as live
+from funcbwd_lab.studies.bad_input import cases as bad_input
+from funcbwd_lab.studies.coverage import data as coverage_data
+from funcbwd_lab.studies.coverage import render as coverage_render
+from funcbwd_lab.studies.coverage import summary as coverage_summary
+from funcbwd_lab.studies.findings import findings
+from funcbwd_lab.studies.matrix import matrix
+from funcbwd_lab.studies.matrix import records
+from funcbwd_lab.views import corpus, readme
+from funcbwd_lab.studies.deletable import render as live
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -78,8 +78,8 @@ def write(blocks: dict[str, str]) -> list[str]:
 if __name__ == "__main__":
     results = records.load(MATRIX_FILE) if "--reuse" in sys.argv else matrix.run_test_ops()
     records.save(results, MATRIX_FILE)
-    from funcbwd.studies.bench import results as bench_results
-    from funcbwd.studies.review import review
+    from funcbwd_lab.studies.bench import results as bench_results
+    from funcbwd_lab.studies.review import review
 
     bench = bench_results.load(BENCH_FILE)
     evidence = review.collect_evidence(results, bench, bench_source=str(BENCH_FILE.relative_to(ROOT)))

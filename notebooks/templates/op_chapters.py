@@ -69,7 +69,7 @@ import itertools
 import torch
 from torch.func import functionalize, vmap
 
-from funcbwd.ops.discussion import clamp as L
+from funcbwd_lab.ops.discussion import clamp as L
 
 x, lo, hi = spec.sample("Tensor min/max (max broadcast)").args
 grad = torch.ones(3, 4)
@@ -114,7 +114,7 @@ batched tensor has no single zero count, so vmap refuses, functionalized or not.
 import torch
 from torch.func import functionalize, vmap
 
-from funcbwd.ops.discussion import prod as L
+from funcbwd_lab.ops.discussion import prod as L
 
 for smp in spec.samples()[:3]:  # the full reductions: no zeros, one zero, two zeros
     x = smp.args[0]
@@ -214,7 +214,7 @@ repeated rows included.
 import torch
 from torch.func import functionalize, vmap
 
-from funcbwd.ops.discussion import index_select as L
+from funcbwd_lab.ops.discussion import index_select as L
 
 x, dim, index = spec.sample("dim0 repeated").args
 print("index:", index.tolist())
@@ -239,7 +239,7 @@ _REDUCTION = r'''
 import torch
 from torch.func import functionalize, vmap
 
-from funcbwd.ops.discussion import value_selecting as L
+from funcbwd_lab.ops.discussion import value_selecting as L
 
 shared = {name: registry.get_op(name).formula for name in ("topk", "sort", "mode")}
 for name, formula in shared.items():

@@ -15,7 +15,7 @@ written** (the ground truth the user wrote), sample by sample:
 
 When the reference itself raises (plain autograd refuses the code as written) the outcome is
 ``unknown`` ("reference unavailable"), never "mismatch": a working fix is not reported as failing.
-Comparison: :func:`funcbwd.run.compare.check_close` (the workbench's tolerance).
+Comparison: :func:`funcbwd.compare.check_close` (the workbench's tolerance).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 from torch.func import hessian, jacfwd, jacrev, vjp, vmap
 
 from funcbwd.errors import BadInputError, first_line, parse_names
-from funcbwd.run.compare import Mismatch, check_close
+from funcbwd.compare import Mismatch, check_close
 
 BATCH = 3
 TRANSFORM_NAMES = ("vmap", "vjp", "jacrev", "jacfwd", "hessian")

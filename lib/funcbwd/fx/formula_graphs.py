@@ -1,6 +1,6 @@
 """Formula graphs: a legacy backward formula as FX graphs, once per signature, checked.
 
-The machinery the ``traced`` strategy runs and the graph views (:mod:`funcbwd.studies.graphs.graphs`)
+The machinery the ``traced`` strategy runs and the graph views (:mod:`funcbwd_lab.studies.graphs.graphs`)
 show, in one place:
 
 * **signatures** (:func:`positional_key`, :func:`flatten_args`): what identifies one graph: every

@@ -337,7 +337,7 @@ def fake_like(real: torch.Tensor, like: Any) -> torch.Tensor:
     return mode.from_tensor(real) if mode is not None else real
 
 
-# ---------------------------------------------------------------------------- trace helpers (funcbwd.studies.trace.trace)
+# ---------------------------------------------------------------------------- trace helpers (funcbwd_lab.studies.trace.trace)
 def resolve_overload(qualified: str, args: tuple, kwargs: dict) -> str | None:
     """The overload of ``qualified`` (e.g. 'aten::scatter_') a call with these args binds to
     ('src', 'value', 'default', ...), by the dispatcher's own schema matching; None if none does."""
@@ -374,7 +374,7 @@ from funcbwd.internals.dispatcher import (  # noqa: E402,F401
 )
 
 
-# torch's decompositions (funcbwd.fx.fallback_free), re-exported
+# torch's decompositions (funcbwd_lab.fx.fallback_free), re-exported
 from funcbwd.internals.decomp import decomposition, fallback_op_in, retrace_decomposed  # noqa: E402,F401
 
 

@@ -14,7 +14,7 @@ import torch
 _F = torch._C._functorch
 
 
-# ---------------------------------------------------------------------------- scoped aten kernels (funcbwd.batching.copy)
+# ---------------------------------------------------------------------------- scoped aten kernels (funcbwd_lab.batching.copy)
 @contextlib.contextmanager
 def scoped_aten_kernel(op_name: str, kernel, dispatch_key: str) -> Iterator[None]:
     """Register ``kernel`` for ``aten::op_name`` at ``dispatch_key`` for the block only.
@@ -94,7 +94,7 @@ def fused_rms_norm(input: torch.Tensor, normalized_shape, weight, eps) -> tuple:
     return tuple(torch.ops.aten._fused_rms_norm(input, list(normalized_shape), weight, eps))
 
 
-# ---------------------------------------------------------------------------- scoped vmap rules (funcbwd.batching.as_strided_scatter)
+# ---------------------------------------------------------------------------- scoped vmap rules (funcbwd_lab.batching.as_strided_scatter)
 @contextlib.contextmanager
 def scoped_vmap_rule(qualified: str, rule) -> Iterator[None]:
     """Make ``rule`` the vmap rule of operator ``qualified`` (e.g. "aten::as_strided_scatter") for

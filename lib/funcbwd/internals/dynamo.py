@@ -1,5 +1,5 @@
 """torch.compile's private parts (dynamo, its backends, AOTAutograd's caches), for
-:mod:`funcbwd.strategies.compiled` and the study :mod:`funcbwd.studies.compiled`.
+:mod:`funcbwd_lab.strategies.compiled` and the study :mod:`funcbwd_lab.studies.compiled`.
 
 Part of :mod:`funcbwd.internals`, the one place funcbwd touches private torch APIs (split off by
 topic to keep each module small). Functions are thin and named for what they mean to funcbwd.
