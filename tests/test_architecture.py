@@ -22,8 +22,15 @@ TOOL, WORKBENCH = "funcbwd", "funcbwd_lab"
 #: on them.
 LAYERS = [
     {"funcbwd.errors", "funcbwd.internals", "funcbwd.compare", "funcbwd.tolerances"},
-    {"funcbwd.fx"},
-    {"funcbwd.tool"},
+    {"funcbwd.fx", "funcbwd.scope", "funcbwd.cache"},
+    {"funcbwd.journal", "funcbwd.masks", "funcbwd.replay", "funcbwd.guards"},
+    {"funcbwd.rules"},
+    {"funcbwd.inplace", "funcbwd.audit"},
+    {"funcbwd.functions", "funcbwd.dense_masks"},
+    {"funcbwd.decorator"},
+    {"funcbwd.ladder"},
+    {"funcbwd.transforms"},
+    {"funcbwd.harness"},
     {"funcbwd.doctor"},
     {"progress", "tables", "command", "figstyle", "parallel"},
     {"batching", "fx"},
@@ -263,6 +270,6 @@ def test_the_tool_never_imports_the_workbench():
 def test_the_tool_workbench_rule_can_fail():
     # Mutation: the in-place mode reaching up into a study.
     g = _graph()
-    g["funcbwd.tool.inplace"] = g["funcbwd.tool.inplace"] | {"funcbwd_lab.studies.yourcode.run"}
+    g["funcbwd.inplace"] = g["funcbwd.inplace"] | {"funcbwd_lab.studies.yourcode.run"}
     assert tool_imports_of_the_workbench(g) == [
-        "funcbwd.tool.inplace -> funcbwd_lab.studies.yourcode.run"]
+        "funcbwd.inplace -> funcbwd_lab.studies.yourcode.run"]

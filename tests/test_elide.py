@@ -126,7 +126,7 @@ def test_unchecked_broken_elision_gives_wrong_results(monkeypatch):
     # Why the check exists: the same broken pass without it fails the cell (the mutation is live).
     _drop_stride_handling(monkeypatch)
     st = Traced()
-    monkeypatch.setattr("funcbwd.tool.core.build",
+    monkeypatch.setattr("funcbwd.decorator.build",
                         lambda f, a, name="", **kw: build(f, a, name=name, check=False))
     assert matrix.run(BROADCAST, "vmap_cotangents", st).status == "fail"
     assert matrix.run(TRANSPOSED, "vmap_cotangents", st).status == "mismatch"

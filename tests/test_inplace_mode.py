@@ -13,9 +13,10 @@ from torch.func import hessian, jacrev, vjp
 
 import funcbwd
 from funcbwd.errors import FuncbwdError
-from funcbwd.tool import inplace, oldstyle, replay
-from funcbwd.tool.inplace import InplaceMode
-from funcbwd.tool.vmap import PerSampleLoopWarning, run_inplace
+from funcbwd import functions as oldstyle, inplace, replay, scope
+from funcbwd.inplace import InplaceMode
+from funcbwd.functions import run_inplace
+from funcbwd.ladder import PerSampleLoopWarning
 
 B = 3
 
@@ -159,16 +160,18 @@ def test_mutation_views_not_rederived_is_caught(monkeypatch):
 
 
 def test_mutation_mask_fill_outside_the_selection_is_caught(monkeypatch):
-    original = InplaceMode._masked_getitem
+    from funcbwd import masks
 
-    def zero_fill(self, x, index):
-        out = original(self, x, index)
+    original = masks.masked_getitem
+
+    def zero_fill(mode, x, index):
+        out = original(mode, x, index)
         if out is None:
             return None
-        mask = self._selection(out)
-        return self._select(x * 1, mask)  # the whole x, negative entries included
+        mask = mode.selection(out)
+        return mode.select(x * 1, mask)  # the whole x, negative entries included
 
-    monkeypatch.setattr(InplaceMode, "_masked_getitem", zero_fill)
+    monkeypatch.setattr(masks, "masked_getitem", zero_fill)
     xs = inputs(5)
     got = run_inplace(lambda: torch.func.vmap(jacrev(mask_write))(xs))  # sqrt(-1) is nan: 0 / nan = nan in the gradient
     assert torch.isnan(got).any()
@@ -195,10 +198,12 @@ def test_mutation_ctx_attributes_dropped_is_caught(monkeypatch):
 
 
 def test_mutation_writes_on_copies_in_place_is_caught(monkeypatch):
-    def in_place(self, func, args, kwargs):
+    from funcbwd import rules
+
+    def in_place(mode, func, args, kwargs):
         return func(*args, **kwargs)  # the write lands in the tensor autograd saved
 
-    monkeypatch.setattr(InplaceMode, "_write_on_copy", in_place)
+    monkeypatch.setattr(rules, "_write_on_copy", in_place)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         funcbwd.vmap(jacrev(saved_overwrite))(inputs(4))
 
@@ -236,22 +241,46 @@ def test_vmap_of_vmap_of_a_value_read_runs_each_inner_entry(how):
 
 
 # --- what the caller owns, what is refused, what is left behind ------------------------------
-def test_a_callers_tensor_is_borrowed_for_the_call_and_given_back():
-    buf = torch.zeros(3)
-
+def _writes_caller_state(buf):
     def f(x):
-        buf.copy_(x)  # a side effect on the caller's tensor, each batch entry its own
+        buf.copy_(x)  # a side effect on the caller's tensor, shared by every batch entry
         return buf * 2
+    return f
 
-    xs = inputs(3)
-    with pytest.warns(inplace.BorrowedTensorWarning, match="test_inplace_mode.py:"):
-        got = funcbwd.vmap(f)(xs)
-    torch.testing.assert_close(got, xs * 2)
+
+def test_a_write_into_a_callers_tensor_is_refused_by_default_with_the_line():
+    buf = torch.zeros(3)
+    with pytest.raises(funcbwd.StateWriteError, match=r"test_inplace_mode.py:\d+.*state_writes"):
+        funcbwd.vmap(_writes_caller_state(buf))(inputs(3))
+    assert buf.tolist() == [0.0, 0.0, 0.0]  # refused before the write: nothing happened
+    assert not torch._C._functorch.is_batchedtensor(buf)
+
+
+def test_state_writes_discard_gives_the_callers_tensor_back():
+    buf, xs = torch.zeros(3), inputs(3)
+    got = funcbwd.vmap(_writes_caller_state(buf), state_writes="discard")(xs)
+    torch.testing.assert_close(got, xs * 2)  # each entry saw its own write
     assert buf.tolist() == [0.0, 0.0, 0.0]  # the caller's, as it was
     assert not torch._C._functorch.is_batchedtensor(buf)
 
 
-def test_a_callers_tensor_converted_in_place_of_itself_is_borrowed_too():
+def test_state_writes_loop_is_the_per_sample_loop_exactly():
+    def f(x):
+        state.mul_(0.5).add_(x)  # each entry reads back the writes of the entries before it
+        return state * 1.0
+
+    xs = inputs(3)
+    state = torch.zeros(3)
+    want = torch.stack([f(x) for x in xs])
+    after = state.clone()
+    state = torch.zeros(3)
+    with pytest.warns(PerSampleLoopWarning):
+        got = funcbwd.vmap(f, state_writes="loop")(xs)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(state, after)
+
+
+def test_a_callers_tensor_converted_in_place_of_itself_is_the_callers_too():
     class Holder:
         cache = torch.zeros(4)
 
@@ -263,13 +292,14 @@ def test_a_callers_tensor_converted_in_place_of_itself_is_borrowed_too():
         return m.cache * 2
 
     xs = inputs(2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", inplace.BorrowedTensorWarning)
-        got = funcbwd.vmap(lambda x: vjp(f, x)[1](torch.ones(4))[0])(xs)
+    with pytest.raises(funcbwd.StateWriteError):
+        funcbwd.vmap(lambda x: vjp(f, x)[1](torch.ones(4))[0])(xs)
+    got = funcbwd.vmap(lambda x: vjp(f, x)[1](torch.ones(4))[0], state_writes="discard")(xs)
     torch.testing.assert_close(got, torch.full((B, 2), 2.0))
+    assert m.cache.tolist() == [0.0] * 4
 
 
-def test_a_write_through_data_of_a_callers_tensor_fails_never_wrong():
+def test_a_write_through_data_of_a_callers_tensor_is_never_wrong():
     buf = torch.zeros(3)
 
     def f(x):
@@ -277,26 +307,54 @@ def test_a_write_through_data_of_a_callers_tensor_fails_never_wrong():
         return buf * 2
 
     with pytest.raises(inplace.InplaceModeError, match="through a view or .data"):
-        run_inplace(lambda: torch.func.vmap(f)(inputs(3)))  # never a wrong batched answer
+        run_inplace(lambda: torch.func.vmap(f)(inputs(3)), state_writes="discard")
     assert buf.tolist() == [0.0, 0.0, 0.0]
-    with pytest.raises(RuntimeError) as e:  # the per-sample loop refuses it too: entries would
-        funcbwd.vmap(f)(inputs(3))          # see each other's writes
-    assert "per-sample loop: InplaceModeError" in e.value.__notes__[0]
+    # the ladder ends in the per-sample loop, each entry from the caller's state as it was
+    with pytest.warns(PerSampleLoopWarning):
+        got = funcbwd.vmap(f, state_writes="discard")(inputs(3))
+    torch.testing.assert_close(got, inputs(3) * 2)
+    assert buf.tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(funcbwd.StateWriteError):
+        funcbwd.vmap(f)(inputs(3))
     assert buf.tolist() == [0.0, 0.0, 0.0]
 
 
-def test_a_function_that_changed_its_inputs_is_not_rerun():
+def test_an_unbatched_input_written_is_the_callers_state_too():
     def f(x, y):
-        y.add_(1)  # y is the caller's (in_dims None)
+        y.add_(1)  # y is the caller's (in_dims None): a loop would add once per entry
         z = torch.zeros(3)
         z.copy_(x)
         return z
 
     y = torch.zeros(3)
-    with pytest.raises(FuncbwdError, match="wrote into one of its inputs") as e:
+    with pytest.raises(funcbwd.StateWriteError) as e:
         funcbwd.vmap(f, in_dims=(0, None))(inputs(3), y)
     assert "\n" not in str(e.value)
-    assert y.tolist() == [1.0, 1.0, 1.0]  # ran once, not twice
+    assert y.tolist() == [0.0, 0.0, 0.0]  # refused before the write
+    with pytest.warns(PerSampleLoopWarning):
+        got = funcbwd.vmap(f, in_dims=(0, None), state_writes="loop")(inputs(3), y)
+    torch.testing.assert_close(got, inputs(3))
+    assert y.tolist() == [3.0, 3.0, 3.0]  # once per entry, as the loop adds
+
+
+def test_a_retry_never_repeats_what_torchs_attempt_wrote():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("rm", torch.ones(3))
+
+        def forward(self, x):
+            self.rm.mul_(0.9)  # unbatched: torch's own vmap runs it...
+            self.rm.add_(0.1 * x)  # ...then refuses this (a per-sample value)
+            return x * self.rm
+
+    m, xs = M(), inputs(3)
+    got = funcbwd.vmap(m, state_writes="discard")(xs)
+    torch.testing.assert_close(got, xs * (0.9 + 0.1 * xs))
+    assert m.rm.tolist() == [1.0, 1.0, 1.0]  # not 0.81: nothing of a failed attempt remains
+    again = funcbwd.vmap(m, state_writes="discard")(xs)  # what worked, replayed
+    torch.testing.assert_close(again, got)
+    assert m.rm.tolist() == [1.0, 1.0, 1.0]
 
 
 def test_random_state_is_put_back_before_the_retry():
@@ -360,15 +418,19 @@ def test_nothing_is_left_behind_after_an_error():
     assert torch.autograd.Function.__dict__["apply"] is apply
     assert torch._C._len_torch_function_stack() == 0
     assert torch._C._functorch.get_dynamic_layer_stack_depth() == 0
-    assert not oldstyle.mode_active()
+    assert scope.current() == scope.Scope()
 
 
-def test_code_that_works_plain_runs_plain(monkeypatch):
+def test_code_that_works_plain_runs_plain_after_its_watched_first_call(monkeypatch):
+    def f(x):
+        return x.sin() * 2
+
+    funcbwd.vmap(f)(inputs(3))  # the first call of a signature: watched (the caller's state)
     seen = _counting(monkeypatch, InplaceMode)
     _counting(monkeypatch, replay.Replay, seen)  # a replayed call counts as entering the mode
-    out = funcbwd.vmap(lambda x: x.sin() * 2)(inputs(3))
+    out = funcbwd.vmap(f)(inputs(3))
     torch.testing.assert_close(out, inputs(3).sin() * 2)
-    assert seen == []  # code that works plain never enters the mode ...
+    assert seen == []  # later calls of code that works plain never enter a mode ...
     funcbwd.vmap(factory_write)(inputs(2))
     assert seen  # ... the in-place code does (the spy sees it: the check can fail)
 
@@ -407,8 +469,8 @@ def _replaying_no_promotion(monkeypatch):
     of the full mode (which must then run instead)."""
     original = replay.Replay.__init__
 
-    def promotes_nothing(self, plan):
-        original(self, plan)
+    def promotes_nothing(self, plan, journal):
+        original(self, plan, journal)
         self.promoted = frozenset()
 
     monkeypatch.setattr(replay.Replay, "__init__", promotes_nothing)
@@ -469,10 +531,8 @@ def test_a_replayed_call_gives_the_callers_tensor_back():
         return buf * 2
 
     xs = inputs(3)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", inplace.BorrowedTensorWarning)
-        funcbwd.vmap(f)(xs)
-        got = funcbwd.vmap(f)(xs + 1)  # replayed
+    funcbwd.vmap(f, state_writes="discard")(xs)
+    got = funcbwd.vmap(f, state_writes="discard")(xs + 1)  # what worked, run again
     torch.testing.assert_close(got, (xs + 1) * 2)
     assert buf.tolist() == [0.0, 0.0, 0.0] and not torch._C._functorch.is_batchedtensor(buf)
 
@@ -528,7 +588,7 @@ def _want_writes(xs, cts):
 
 def test_a_functions_later_calls_replay_its_plan(monkeypatch):
     xs, cts = inputs(3), inputs(3) + 1
-    oldstyle._PLANS.clear()
+    oldstyle.PLANS.clear()
     funcbwd.vmap(_vjp_of_writes)(xs, cts)
     full, replayed = _counting(monkeypatch, InplaceMode), _counting(monkeypatch, replay.Replay)
     got = funcbwd.vmap(_vjp_of_writes)(xs * 2, cts)
@@ -538,7 +598,7 @@ def test_a_functions_later_calls_replay_its_plan(monkeypatch):
 
 def test_mutation_a_functions_plan_that_promotes_nothing_runs_the_full_mode(monkeypatch):
     xs, cts = inputs(3), inputs(3) - 1
-    oldstyle._PLANS.clear()
+    oldstyle.PLANS.clear()
     funcbwd.vmap(_vjp_of_writes)(xs, cts)
     full = _replaying_no_promotion(monkeypatch)
     got = funcbwd.vmap(_vjp_of_writes)(xs, cts)  # each replay fails; the full mode runs it

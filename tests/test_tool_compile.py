@@ -12,7 +12,7 @@ from torch.func import jacrev, vmap
 import funcbwd
 from funcbwd.errors import FuncbwdError
 from funcbwd.fx import formula_graphs as FG
-from funcbwd.tool import core as tool
+from funcbwd import decorator as tool
 
 
 def writes_row(x):

@@ -9,9 +9,9 @@ import torch
 from torch.func import jacfwd, jacrev, vjp, vmap
 
 import funcbwd
-from funcbwd import internals
+from funcbwd import internals, scope
 from funcbwd.errors import FuncbwdError
-from funcbwd.tool import oldstyle
+from funcbwd import functions as oldstyle
 
 
 class ReLUAlpha(torch.autograd.Function):
@@ -176,7 +176,8 @@ def test_the_in_place_mode_converts_an_old_style_function_on_this_torch():
     want = torch.zeros(5, 5)
     want[1:4, 1:4] = 3 * torch.eye(3)
     torch.testing.assert_close(got, want.expand(4, 5, 5))
-    assert torch.autograd.Function.__dict__["apply"] is torchs_own and not oldstyle.mode_active()
+    assert torch.autograd.Function.__dict__["apply"] is torchs_own
+    assert scope.current() == scope.Scope()  # every field back at rest
 
 
 def test_a_failed_apply_patch_leaves_no_mode_flag_behind(monkeypatch):
@@ -188,4 +189,4 @@ def test_a_failed_apply_patch_leaves_no_mode_flag_behind(monkeypatch):
     monkeypatch.setattr(internals, "function_apply_replaced", broken)
     with pytest.raises(AttributeError):
         oldstyle.run_inplace(lambda: None)
-    assert not oldstyle.mode_active()
+    assert scope.current() == scope.Scope()

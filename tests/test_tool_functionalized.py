@@ -16,7 +16,7 @@ import funcbwd
 from funcbwd.errors import BadInputError
 from funcbwd.fx import formula_graphs as FG
 from funcbwd.fx.elide import count_targets
-from funcbwd.tool import core as tool
+from funcbwd import decorator as tool
 
 
 def writes_rows(x):
@@ -160,9 +160,7 @@ def test_cache_is_thread_safe():
     assert errors == []
     info = f.cache_info()
     assert info.misses == 3 and info.hits == 27 and info.currsize == 3  # one trace per shape
-    from funcbwd.tool.cache import tracing_state
-
-    assert tracing_state() == {"tracing_in_progress": 0, "lock_held": False}
+    assert f.functionalizer.cache.building() == 0  # no key left mid-build
 
 
 def test_input_mutation_is_kept():
@@ -301,31 +299,31 @@ def test_a_boolean_mask_traces_with_the_mask_as_where():
         FG.build(sqrt_positive, (xs[0],))
     w = funcbwd.functionalized(sqrt_positive, warn=False)
     torch.testing.assert_close(vmap(jacrev(w))(xs), _sqrt_positive_loop(xs))
-    (entry,) = funcbwd.tool.functionalized.entries(w)
+    (entry,) = funcbwd.decorator.entries(w)
     assert "masks as where" in entry.label and not _untraceable_reasons(w)
     assert count_targets(entry.graph, (torch.ops.aten.where.self,)) >= 1
 
 
 def test_mutation_a_wrong_mask_rewrite_in_the_trace_is_refused(monkeypatch):
-    from funcbwd.tool import masks
+    from funcbwd import masks
 
-    real = masks.MaskRules._setitem
+    real = masks.setitem
 
-    def swapped(self, func, t, index, value):  # the trace's where with its branches swapped
-        if not self.dense_masks:
-            return real(self, func, t, index, value)
-        view, m = self._region(t, *self._bool_mask(index))
+    def swapped(mode, t, index, value):  # the trace's where with its branches swapped
+        if not mode.dense_masks:
+            return real(mode, t, index, value)
+        view, m = masks._region(t, *masks._bool_mask(index))
         view.copy_(torch.where(m, view, value))
-        return None
+        return True
 
-    monkeypatch.setattr(masks.MaskRules, "_setitem", swapped)
+    monkeypatch.setattr(masks, "setitem", swapped)
     xs = torch.randn(4, 6)
     w = funcbwd.functionalized(sqrt_positive, warn=False)
     torch.testing.assert_close(vmap(jacrev(w))(xs), _sqrt_positive_loop(xs))  # as written
     (reason,) = _untraceable_reasons(w)
     assert "with masks as where" in reason and "values differ" in reason
     # the mutation is live: unchecked, the swapped graph computes something else
-    from funcbwd.tool.inplace import InplaceMode
+    from funcbwd.inplace import InplaceMode
 
     def dense(x):
         with InplaceMode(dense_masks=True):

@@ -22,18 +22,21 @@ from __future__ import annotations
 
 import importlib as _importlib
 
-from funcbwd.errors import BadInputError, FuncbwdError, NotApplicableError, UnknownNameError
+from funcbwd.errors import (BadInputError, FuncbwdError, InplaceModeError, NotApplicableError,
+                            StateWriteError, UnknownNameError)
 
 #: public name -> (module, attribute), imported on first use
 _LAZY = {
-    "functionalized": ("funcbwd.tool.functionalized", "functionalized"),
-    "FunctionalizeFallbackWarning": ("funcbwd.tool.functionalized", "FunctionalizeFallbackWarning"),
-    "vmap": ("funcbwd.tool.vmap", "vmap"),
-    "allow_inplace": ("funcbwd.tool.vmap", "allow_inplace"),
-    "PerSampleLoopWarning": ("funcbwd.tool.vmap", "PerSampleLoopWarning"),
+    "vmap": ("funcbwd.transforms", "vmap"),
+    "allow_inplace": ("funcbwd.transforms", "allow_inplace"),
+    "functionalized": ("funcbwd.decorator", "functionalized"),
+    "inplace_mode": ("funcbwd.functions", "inplace_mode"),
+    "FunctionalizeFallbackWarning": ("funcbwd.decorator", "FunctionalizeFallbackWarning"),
+    "PerSampleLoopWarning": ("funcbwd.ladder", "PerSampleLoopWarning"),
 }
 
-__all__ = [*_LAZY, "FuncbwdError", "UnknownNameError", "BadInputError", "NotApplicableError"]
+__all__ = [*_LAZY, "FuncbwdError", "UnknownNameError", "BadInputError", "NotApplicableError",
+           "InplaceModeError", "StateWriteError"]
 __version__ = "0.1.0"
 
 

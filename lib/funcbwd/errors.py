@@ -131,3 +131,57 @@ def first_line(msg: str, limit: int = 240) -> str:
     """The first line of an error message, cut to ``limit`` characters (for tables and records)."""
     line = msg.strip().splitlines()[0] if msg.strip() else ""
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+# ------------------------------------------------------------------------------ the in-place mode's
+class InplaceModeError(FuncbwdError):
+    """The in-place mode met code it cannot run (e.g. a batched-mask selection in a reduction)."""
+
+
+class StateWriteError(FuncbwdError):
+    """Under vmap, a write into a tensor the caller owns, shared by every batch entry, with the
+    default ``state_writes="refuse"`` (see the module docstring). Nothing of the call is left."""
+
+
+class LoopInstead(Exception):
+    """A shared write under ``state_writes="loop"``: the call runs as the per-sample loop."""
+
+
+class NeedsMode(Exception):
+    """The plain attempt met a shared write under ``state_writes="discard"``: the in-place
+    mode's stage runs the call."""
+
+
+#: what torch raises for in-place code under torch.func (and what the tool's own mode raises
+#: inside an entry of the per-sample loop): the errors worth a retry, and why each is
+_FIXABLE = {
+    "is not possible because there exists a Tensor": "unbatched.inplace_(batched)",
+    "would mutate a captured Tensor": "a grad transform: a caller's tensor written",
+    "operators that can support dynamic shape": "t[mask] = v with a batched mask",
+    "operators that can output dynamic shape": "x[mask] (nonzero) with a batched mask",
+    "calling .item() on a Tensor": "a per-sample value read",
+    "data-dependent control flow": "a branch on a per-sample value",
+    "must override the setup_context": "an old-style autograd.Function",
+    "does not have vmap support": "a custom Function without a vmap rule",
+    "is a view and is being modified inplace": "unbind/split views written",
+    "do not allow the output views to be modified inplace": "multi-output views written",
+    "doesn't match the broadcast shape": "an unbatched out= / in-place target",
+    "We could not generate a fallback": "an op with no batching rule and no fallback",
+    "doesn't work on out= or view ops": "an out= op into an unbatched tensor",
+    "aten::nonzero": "torch.where(c) / nonzero of a per-sample mask",
+    "modified by an inplace operation": "a value autograd saved, overwritten",
+    "running_mean or running_var, which will be updated in place": "batch_norm's running stats",
+    "Cannot access data pointer": "a per-sample value read in C++",
+    "_assert_async": "an assertion on a per-sample value",
+    "does not support .data": "`.data` under vmap",
+    "ambiguous": "a branch on a per-sample value",
+}
+
+
+def fixable(error: BaseException) -> bool:
+    """True for an error the retry stages exist for (or the mode's own refusal inside an entry of
+    the per-sample loop: a vmap there runs its own retries)."""
+    if isinstance(error, InplaceModeError):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and any(m in text for m in _FIXABLE)

@@ -32,7 +32,7 @@ from funcbwd.doctor import checks
 from funcbwd.errors import first_line
 from funcbwd.fx import elide, tracer
 from funcbwd.fx import formula_graphs as FG
-from funcbwd.tool.functionalized import functionalized
+from funcbwd.decorator import functionalized
 
 WIDTH = 100
 
@@ -109,7 +109,7 @@ def diagnose(fn: Callable[..., Any], args: tuple, transforms: list[str],
              progress: Callable[[str], None] = lambda s: None,
              batch: tuple[int, ...] | None = None) -> list[Row]:
     """Every requested transform: plain, with the in-place mode, and wrapped."""
-    from funcbwd.tool.vmap import allow_inplace
+    from funcbwd.transforms import allow_inplace
 
     try:
         source = inspect.getsourcefile(fn)

@@ -32,10 +32,9 @@ layout decisions are made on the signature's metadata, so one draw per signature
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
@@ -136,23 +135,28 @@ def flatten_args(args: tuple) -> FlatArgs:
 
 # ------------------------------------------------------------------------------ tracing
 def trace_formula(formula: Callable[..., Any], args: tuple, *, functionalize: bool = True,
-                  elide_copies: bool = False, rewrite_scatters: bool | None = None
-                  ) -> torch.fx.GraphModule:
+                  elide_copies: bool = False, rewrite_scatters: bool | None = None,
+                  fake: bool = False, capture: bool = False, grad_mode: bool | None = None,
+                  audit: Callable[[tuple], Any] | None = None) -> torch.fx.GraphModule:
     """Graph of ``formula(*args)`` taking the tensor args (pytree order) as inputs, recorded by
     :func:`funcbwd.fx.tracer.trace` on plain tensors of their logical shapes and strides, outside
     any transform. Raises :class:`DataDependentError` if the formula is data-dependent. ``rewrite_scatters`` (default: ``elide_copies``, i.e. for the graph
     that runs) rewrites ``select_scatter`` as ``slice_scatter``
     (:func:`funcbwd.fx.select_scatter.rewrite_select_scatter`: torch's batched select_scatter has a
-    wrong gradient)."""
+    wrong gradient). ``fake``, ``capture``, ``grad_mode``: :func:`funcbwd.fx.tracer.trace`'s;
+    ``audit(inputs)``: a mode entered around the formula, inside functionalization."""
     flat = flatten_args(args)
     specs = [tensor_spec(t) for t in flat.tensors]  # logical, read before leaving the transforms
 
     def flat_formula(*tensors: torch.Tensor) -> Any:
-        return formula(*flat.rebuild(tensors))
+        if audit is None:
+            return formula(*flat.rebuild(tensors))
+        with audit(tensors):
+            return formula(*flat.rebuild(tensors))
 
     fn = torch.func.functionalize(flat_formula) if functionalize else flat_formula
     with internals.cleared_functorch_state():
-        gm = tracer.trace(fn, specs)
+        gm = tracer.trace(fn, specs, fake=fake, capture=capture, grad_mode=grad_mode)
     if elide_copies:
         elide.elide_copies(gm)
     if elide_copies if rewrite_scatters is None else rewrite_scatters:
@@ -230,12 +234,10 @@ def _mismatch(want: torch.Tensor, got: torch.Tensor) -> str:
     return f"{n} of {want.numel()} elements"
 
 
-@contextlib.contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Random ops draw the same numbers in both graphs of a check; the caller's stream is kept."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
+def _seeded(seed: int):
+    """Random ops draw the same numbers in both graphs of a check; the caller's streams (every
+    device's) are kept."""
+    return internals.rng_forked(seed)
 
 
 def check_elision(unelided: Callable[..., Any], elided: Callable[..., Any],
@@ -284,6 +286,15 @@ class FormulaGraph:
     #: the checked graph passes run on the elided graph (``build(optimize=True)``), else None:
     #: :mod:`funcbwd.fx.passes`
     pass_report: passes.PassReport | None = None
+    #: the layouts of the tensors the formula captured (``build(capture=True)``): graph inputs
+    #: after the arguments; ``run`` takes ``args + captured``
+    captured: tuple = ()
+    #: the captured tensors themselves, for the caller to locate them (then dropped: a cached
+    #: graph never keeps a caller's tensor alive), and where the caller found them
+    captured_tensors: tuple = ()
+    paths: Any = ()
+    #: the graph draws random numbers (vmap's ``randomness="same"`` refuses it on batched inputs)
+    random: bool = False
 
     @property
     def refusal(self) -> str | None:
@@ -324,32 +335,38 @@ def bindings_equivalent(gm: torch.fx.GraphModule, specs: Sequence[TensorSpec]) -
     return graph_signature(traced) == graph_signature(gm)
 
 
-def _runner(gm: torch.fx.GraphModule, args: Sequence[Any], specs: Sequence[TensorSpec], name: str
-            ) -> tuple[Callable, bool]:
+def _runner(gm: torch.fx.GraphModule, args: Sequence[Any], specs: Sequence[TensorSpec], name: str,
+            captured: int = 0) -> tuple[Callable, bool]:
+    """The compiled graph as ``run(args + captured)``."""
     bindings = bindings_equivalent(gm, specs)
+    n = len(args)
     if positional_key(args) is not None:
-        return codegen.compile_graph(gm, tensor_positions(args), name, bindings), bindings
+        positions = tensor_positions(args) + list(range(n, n + captured))
+        return codegen.compile_graph(gm, positions, name, bindings), bindings
     inner = codegen.compile_graph(gm, range(len(specs)), name, bindings)
-    return (lambda a: inner(flatten_args(tuple(a)).tensors)), bindings
+    return (lambda a: inner(flatten_args(tuple(a[:n])).tensors + tuple(a[n:]))), bindings
 
 
 def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "formula",
-          check: bool = True, optimize: bool = False) -> FormulaGraph:
+          check: bool = True, optimize: bool = False, **trace: Any) -> FormulaGraph:
     """Trace ``formula`` for ``args``' signature, elide its copies on a copy of the graph,
     rewrite both graphs' ``select_scatter`` (checked against the trace as traced), check the pair
     (unless nothing was elided or ``check`` is False), run the checked graph passes
     (:mod:`funcbwd.fx.passes`) if ``optimize`` (and ``check``) and compile the chosen graph.
     Raises what tracing raises (a data-dependent formula), and :class:`RuntimeError` if the
     rewritten graph differs from the trace (the caller must run neither: the trace's batched
-    gradient is wrong)."""
+    gradient is wrong). ``trace``: :func:`trace_formula`'s ``fake``, ``capture``, ``grad_mode``,
+    ``audit``."""
     with internals.fx_sources_dropped():  # torch.fx would keep every graph's source forever
-        return _build(formula, tuple(args), name, check, optimize)
+        return _build(formula, tuple(args), name, check, optimize, trace)
 
 
-def _build(formula: Callable[..., Any], args: tuple, name: str, check: bool, optimize: bool
-           ) -> FormulaGraph:
-    tensors = flatten_args(args).tensors
-    functionalized = trace_formula(formula, args)
+def _build(formula: Callable[..., Any], args: tuple, name: str, check: bool, optimize: bool,
+           trace: dict) -> FormulaGraph:
+    functionalized = trace_formula(formula, args, **trace)
+    captured = tuple(getattr(functionalized, "captured", ()))
+    functionalized.captured = ()  # not copied with the graph, not kept by the cache
+    tensors = flatten_args(args).tensors + captured
     clamp_slice_ends(functionalized)  # same values; torch's batched slice_scatter needs it
     elided = copy.deepcopy(functionalized)
     report = elide.elide_copies(elided)  # first: it sees select_scatter's src as read for values
@@ -377,11 +394,14 @@ def _build(formula: Callable[..., Any], args: tuple, name: str, check: bool, opt
         rewrite_select_scatter(elided)  # after the passes, which rebuild writes into fresh zeros
     chosen = elided if result.ok else functionalized
     label = f"{name}{signature_text(args)}{'' if result.ok else ' un-elided'}"
-    run, bindings = _runner(chosen, args, [tensor_spec(t) for t in tensors], label)
+    run, bindings = _runner(chosen, args, [tensor_spec(t) for t in tensors], label, len(captured))
     for gm in (functionalized, elided):
         tracer.shed_values(gm)  # the trace's tensors: a cached graph keeps only their layouts
+    random = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                 and torch.Tag.nondeterministic_seeded in n.target.tags for n in chosen.graph.nodes)
     return FormulaGraph(functionalized, elided, report, result, run, label, bindings, rewrites,
-                        masks, pass_report)
+                        masks, pass_report, captured=tuple(tensor_spec(t) for t in captured),
+                        captured_tensors=captured, random=random)
 
 
 def signature_text(args: Sequence[Any], limit: int = 80) -> str:

@@ -45,9 +45,26 @@ _META = torch.device("meta")
 TensorSpec = tuple
 
 
+class CapturedWriteError(RuntimeError):
+    """The traced code writes into a tensor it captured: a graph cannot stand for it (the code
+    runs as written, where such writes are the caller's state)."""
+
+
 class DataDependentError(RuntimeError):
     """``fn`` reads a tensor's values or produces a value-dependent shape: no graph can stand for
     every call of the signature."""
+
+
+def _fake_mode():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor)
 
 
 def _storage_for(shape: Sequence[int], stride: Sequence[int]) -> int:
@@ -93,8 +110,17 @@ def _on_meta(func, args: tuple, kwargs: dict) -> Any:
                            if isinstance(t, torch.Tensor) else t, out)
 
 
+_LIFTS = (aten.lift_fresh.default, aten.lift_fresh_copy.default)
+
+
 class Recorder(TorchDispatchMode):
-    """Records each aten call as an FX node (see the module docstring)."""
+    """Records each aten call as an FX node (see the module docstring). ``fake``: every op runs
+    on fake tensors (torch's ``FakeTensorMode``: layouts and devices, no data; real tensors it
+    meets are faked). ``capture``: a real
+    tensor the traced code captures becomes a graph input (``cap0``, ``cap1``, ...: the tensors in
+    :attr:`captured`) instead of a constant; one made from Python data in the call
+    (``torch.tensor([...])``) stays a constant. ``detach_no_grad``: an op run with grad disabled
+    has its outputs detached in the graph, as eager computes them."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -103,8 +129,13 @@ class Recorder(TorchDispatchMode):
         # is compiled, so there is nothing for dynamo to skip.
         return False
 
-    def __init__(self) -> None:
+    def __init__(self, *, fake: bool = False, capture: bool = False,
+                 detach_no_grad: bool = False) -> None:
         super().__init__()
+        self.capture, self.detach_no_grad = capture, detach_no_grad
+        self.fake_mode = _fake_mode() if fake else None
+        self.captured: list[torch.Tensor] = []
+        self._last_input: torch.fx.Node | None = None
         self.graph = torch.fx.Graph()
         self.root = torch.nn.Module()
         # Weak keys, and meta["val"] a detached alias: an op's output must leave the mode with no
@@ -120,39 +151,79 @@ class Recorder(TorchDispatchMode):
         node.meta["val"] = t.detach()
 
     def input(self, t: torch.Tensor, name: str) -> None:
-        self.track(t, self.graph.placeholder(name))
+        self._last_input = self.graph.placeholder(name)
+        self.track(t, self._last_input)
 
-    def node_for(self, a: Any) -> Any:
-        """The graph value of ``a``: its node for a tensor (a new constant if untracked)."""
+    def node_for(self, a: Any, lifted: bool = False) -> Any:
+        """The graph value of ``a``: its node for a tensor (a new constant if untracked, or a new
+        input with ``capture``, unless ``lifted`` from Python data in the call)."""
         if not isinstance(a, torch.Tensor):
             return a
         node = self.node_of(a)
+        fake = self.fake_mode is not None and _is_fake(a)
+        if node is None and fake:
+            # functionalization made it from something the trace did not see (``.data`` of a
+            # captured tensor): no graph value stands for it
+            raise CapturedWriteError("the traced code reaches a tensor through an alias the "
+                                     "trace cannot follow (.data or .detach() of a captured tensor)")
         if node is None:
-            name = f"_tensor_constant{self._constants}"
-            self._constants += 1
-            setattr(self.root, name, a)
-            node = self.graph.get_attr(name)
+            if self.capture and not lifted and not fake:
+                with self.graph.inserting_after(self._last_input) if self._last_input else \
+                        self.graph.inserting_before(None):
+                    node = self.graph.placeholder(f"cap{len(self.captured)}")
+                self._last_input = node
+                self.captured.append(a)
+            else:
+                name = f"_tensor_constant{self._constants}"
+                self._constants += 1
+                setattr(self.root, name, a)
+                node = self.graph.get_attr(name)
             self.track(a, node)
         return node
+
+    def _refuse_captured_writes(self, func, args: tuple, kwargs: dict) -> None:
+        """A write the trace cannot turn into a graph's: into a tensor the traced code captured
+        (functionalization passes a write into a tensor it did not wrap through as it is)."""
+        for arg, value in zip(func._schema.arguments, args):
+            if arg.alias_info is not None and arg.alias_info.is_write and isinstance(
+                    value, torch.Tensor) and self.node_of(value) is None:
+                raise CapturedWriteError(f"{func} writes into a tensor the traced code captured "
+                                         f"(shape {tuple(value.shape)}), not an argument")
+        for name, value in kwargs.items():
+            arg = next((a for a in func._schema.arguments if a.name == name), None)
+            if arg is not None and arg.alias_info is not None and arg.alias_info.is_write and \
+                    isinstance(value, torch.Tensor) and self.node_of(value) is None:
+                raise CapturedWriteError(f"{func} writes into a tensor the traced code captured "
+                                         f"(shape {tuple(value.shape)}), not an argument")
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         why = data_dependence(func, args)
         if why is not None:
             raise DataDependentError(f"data-dependent: {why}")
-        node_args, node_kwargs = pytree.tree_map(self.node_for, (args, kwargs))
-        try:
-            out = func(*args, **kwargs)
-        except Exception as refused:  # noqa: BLE001 - a kernel refusing the zeros: use meta
+        if self.capture and func._schema.is_mutable:
+            self._refuse_captured_writes(func, args, kwargs)
+        lifted = func in _LIFTS
+        node_args, node_kwargs = pytree.tree_map(lambda a: self.node_for(a, lifted),
+                                                 (args, kwargs))
+        if self.fake_mode is not None:
+            with self.fake_mode:
+                out = func(*args, **kwargs)
+        else:
             try:
-                out = _on_meta(func, args, kwargs)
-            except Exception:  # noqa: BLE001 - not a value problem: the op's own error
-                raise refused from None
+                out = func(*args, **kwargs)
+            except Exception as refused:  # noqa: BLE001 - a kernel refusing the zeros: use meta
+                try:
+                    out = _on_meta(func, args, kwargs)
+                except Exception:  # noqa: BLE001 - not a value problem: the op's own error
+                    raise refused from None
         leaves = pytree.tree_leaves(out)
         if not any(isinstance(o, torch.Tensor) for o in leaves) and not func._schema.is_mutable:
             return out  # sizes, flags: functions of the signature, as make_fx bakes them
         node = self.graph.create_node("call_function", func, node_args, node_kwargs,
                                       name=func.overloadpacket.__name__)  # make_fx's names
+        if self.detach_no_grad and not torch.is_grad_enabled() and not func._schema.is_mutable:
+            return self._detached(out, node)
         if isinstance(out, torch.Tensor):
             self.track(out, node)
         else:
@@ -165,19 +236,47 @@ class Recorder(TorchDispatchMode):
         return out
 
 
-def trace(fn: Callable[..., Any], specs: Sequence[TensorSpec]) -> torch.fx.GraphModule:
+    def _detached(self, out: Any, node: torch.fx.Node) -> Any:
+        """The outputs of an op run with grad disabled, each through a ``detach`` node."""
+        if isinstance(out, torch.Tensor):
+            self.track(out, self.graph.call_function(aten.detach.default, (node,)))
+            return out
+        node.meta["val"] = pytree.tree_map(
+            lambda o: o.detach() if isinstance(o, torch.Tensor) else o, out)
+        if isinstance(out, (tuple, list)):
+            for i, o in enumerate(out):
+                if isinstance(o, torch.Tensor):
+                    item = self.graph.call_function(operator.getitem, (node, i))
+                    self.track(o, self.graph.call_function(aten.detach.default, (item,)))
+        return out
+
+
+def trace(fn: Callable[..., Any], specs: Sequence[TensorSpec], *, fake: bool = False,
+          capture: bool = False, grad_mode: bool | None = None) -> torch.fx.GraphModule:
     """The graph of ``fn(*tensors)`` for tensors of ``specs``: inputs ``arg0, arg1, ...``.
 
     Run it outside every functorch transform (the caller clears them). Raises
-    :class:`DataDependentError` for value-dependent code, and what ``fn`` raises."""
-    rec = Recorder()
-    inputs = [blank(s) for s in specs]
+    :class:`DataDependentError` for value-dependent code, and what ``fn`` raises. ``fake``: on
+    fake tensors (the cost of a trace is then independent of the sizes; the caller's captured
+    tensors are never written; the first fake trace in a process imports torch's fake tensors,
+    about a second, once). ``capture``: captured tensors become inputs ``cap0, ...`` after
+    the arguments, listed in ``gm.captured`` (:class:`Recorder`). ``grad_mode``: run ``fn`` with
+    grad enabled or not (None: as the caller has it) and detach what no-grad ops compute."""
+    rec = Recorder(fake=fake, capture=capture, detach_no_grad=grad_mode is not None)
+    if fake:
+        with rec.fake_mode:
+            inputs = [torch.empty_strided(s[0], s[1], dtype=s[2], device=s[3]) for s in specs]
+    else:
+        inputs = [blank(s) for s in specs]
     for i, t in enumerate(inputs):
         rec.input(t, f"arg{i}")
-    with torch.random.fork_rng(devices=[]), rec:
+    grad = torch.is_grad_enabled() if grad_mode is None else grad_mode
+    with torch.random.fork_rng(devices=[]), torch.set_grad_enabled(grad), rec:
         out = fn(*inputs)
     rec.graph.output(pytree.tree_map(rec.node_for, out))
-    return torch.fx.GraphModule(rec.root, rec.graph)
+    gm = torch.fx.GraphModule(rec.root, rec.graph)
+    gm.captured = rec.captured
+    return gm
 
 
 def shed_values(gm: torch.fx.GraphModule) -> None:

@@ -378,18 +378,29 @@ from funcbwd.internals.dispatcher import (  # noqa: E402,F401
 from funcbwd.internals.decomp import decomposition, fallback_op_in, retrace_decomposed  # noqa: E402,F401
 
 
-# in-place under vmap (funcbwd.tool.inplace), re-exported
+# in-place under vmap (funcbwd.inplace), re-exported
 from funcbwd.internals.levels import (  # noqa: E402,F401
+    accelerator_rng,
+    all_vmap_levels,
+    vmap_randomness_same,
     alias_of,
     batched_copy,
     dense,
     dense_alias_of,
     is_view,
     function_apply_replaced,
+    function_has_vmap_support,
     function_is_old_style,
+    grad_levels,
+    innermost_vmap_level,
     leaves,
     original_vmap_impl,
+    primal_vmap_levels,
+    rng_forked,
+    rng_states,
+    set_rng_states,
     swap_impl,
+    torch_transform_internal,
     vmap_impl_replaced,
     vmap_levels,
     vmap_inputs,

@@ -1,4 +1,4 @@
-"""Private torch internals the in-place mode needs (:mod:`funcbwd.tool.inplace`): a tensor's vmap
+"""Private torch internals the in-place mode needs (:mod:`funcbwd.inplace`): a tensor's vmap
 levels, zeros batched and wrapped at every level of the current transforms, swapping a tensor's
 contents in place, and the two entry points the mode routes through (``vmap_impl``,
 ``autograd.Function.apply``)."""
@@ -13,6 +13,7 @@ import torch
 _F = torch._C._functorch
 _DK = torch._C.DispatchKey
 _VMAP = int(_F.TransformType.Vmap)
+_FUNCTIONALIZE = int(_F.TransformType.Functionalize)
 
 
 def _levels(t: torch.Tensor) -> Iterator[tuple[torch.Tensor, str]]:
@@ -40,6 +41,45 @@ def vmap_levels(t: torch.Tensor) -> frozenset[int]:
             tangent = None
         if tangent is not None:
             levels |= {_F.maybe_get_level(c) for c, k in _levels(tangent) if k == "Batched"}
+    return frozenset(levels)
+
+
+def all_vmap_levels() -> frozenset:
+    """The levels of every vmap on the functorch stack."""
+    return frozenset(i.level() for i in (_F.get_interpreter_stack() or [])
+                     if int(i.key()) == _VMAP)
+
+
+def vmap_randomness_same() -> bool:
+    """True when a vmap on the stack draws the same random numbers for every entry."""
+    return any(int(i.key()) == _VMAP and _F.CVmapInterpreterPtr(i).randomness()
+               == _F.RandomnessType.Same for i in (_F.get_interpreter_stack() or []))
+
+
+def innermost_vmap_level() -> int | None:
+    """The level of the innermost vmap on the functorch stack (None if none)."""
+    for interp in reversed(list(_F.get_interpreter_stack() or [])):
+        if int(interp.key()) == _VMAP:
+            return interp.level()
+    return None
+
+
+def grad_levels() -> frozenset:
+    """The levels of every grad / jvp transform on the functorch stack: a tensor made outside
+    one of them is *captured* there (torch refuses to write into it)."""
+    return frozenset(i.level() for i in (_F.get_interpreter_stack() or [])
+                     if int(i.key()) != _VMAP and int(i.key()) != _FUNCTIONALIZE)
+
+
+def primal_vmap_levels(tensors) -> frozenset:
+    """The vmap levels the given tensors' values are batched at (their wrapper chains, not their
+    forward-AD tangents): under ``jacfwd`` the basis vectors batch the tangents only, so these are
+    the levels that batch *samples* of a function's arguments."""
+    levels = set()
+    for t in tensors:
+        for cur, kind in _levels(t):
+            if kind == "Batched":
+                levels.add(_F.maybe_get_level(cur))
     return frozenset(levels)
 
 
@@ -124,9 +164,23 @@ def vmap_impl_replaced(make) -> Iterator[None]:
         apis.vmap_impl = original
 
 
+def torch_transform_internal(func) -> bool:
+    """True for a function torch's own transforms vmap over basis vectors (``jacrev``'s
+    ``vjp_fn``, ``jacfwd``'s ``push_jvp``): its batch entries are not samples."""
+    module = getattr(getattr(func, "func", func), "__module__", "") or ""
+    return module.startswith("torch._functorch")
+
+
 def original_vmap_impl():
     import torch._functorch.vmap as v
     return v.vmap_impl
+
+
+def function_has_vmap_support(cls: type) -> bool:
+    """True for a setup_context-style Function vmap can run: a ``vmap`` staticmethod of its own
+    or ``generate_vmap_rule = True`` (torch: "does not have vmap support" otherwise)."""
+    return bool(getattr(cls, "generate_vmap_rule", False)) or (
+        getattr(cls, "vmap", None) is not getattr(torch.autograd.Function, "vmap", None))
 
 
 def function_is_old_style(cls: type) -> bool:
@@ -198,3 +252,47 @@ def stack_outputs(outs: list, out_dims):
     stacked = [leaves[0] if d is None else torch.stack(list(leaves), dim=d)
                for d, leaves in zip(dims, zip(*(f[0] for f in flats)))]
     return tree_unflatten(stacked, spec)
+
+
+def accelerator_rng() -> dict:
+    """``{device type: (get, set)}`` of every accelerator generator torch has initialized (CUDA,
+    XPU: all devices at once; MPS): what a call may draw from besides the CPU's."""
+    out = {}
+    for name in ("cuda", "xpu"):
+        mod = getattr(torch, name, None)
+        if mod is not None and mod.is_available() and mod.is_initialized():
+            out[name] = (mod.get_rng_state_all, mod.set_rng_state_all)
+    mps = getattr(torch, "mps", None)
+    if mps is not None and torch.backends.mps.is_available():
+        out["mps"] = (mps.get_rng_state, mps.set_rng_state)
+    return out
+
+
+def rng_states() -> dict:
+    """The state of every random generator a call could draw from: the CPU's, and each
+    accelerator's torch has initialized (:func:`accelerator_rng`)."""
+    states = {"cpu": torch.get_rng_state()}
+    for name, (get, _) in accelerator_rng().items():
+        states[name] = get()
+    return states
+
+
+def set_rng_states(states: dict) -> None:
+    setters = accelerator_rng()
+    for name, state in states.items():
+        if name == "cpu":
+            torch.set_rng_state(state)
+        else:
+            setters[name][1](state)
+
+
+@contextlib.contextmanager
+def rng_forked(seed: int | None = None) -> Iterator[None]:
+    """Every generator's state kept across the block (``seed``: every generator seeded first)."""
+    states = rng_states()
+    try:
+        if seed is not None:
+            torch.manual_seed(seed)
+        yield
+    finally:
+        set_rng_states(states)

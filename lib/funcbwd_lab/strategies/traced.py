@@ -4,7 +4,7 @@ Each formula is traced once per signature into an FX graph of ``torch.func.funct
 its ``aten.copy`` elided (no batching rule: vmap would run its slow per-sample loop), the elided
 graph checked once against the un-elided one, and the result compiled into a plain function that
 runs with the real (batched) args: vmap batches a graph of out-of-place aten ops. That is
-:func:`funcbwd.functionalized` (:mod:`funcbwd.tool`), the public tool, one wrapper per formula
+:func:`funcbwd.functionalized` (:mod:`funcbwd.decorator`), the public tool, one wrapper per formula
 (unbounded cache): what the matrix proves is what users run. This module is the strategy around
 it: the per-op wrappers and what they tell provenance (through the tool's ``observer``).
 
@@ -36,8 +36,7 @@ import torch.fx
 from funcbwd.fx.formula_graphs import FormulaGraph, formula_args_for
 from funcbwd_lab.strategies import provenance
 from funcbwd_lab.strategies.base import Strategy
-from funcbwd.tool import cache as tool_cache
-from funcbwd.tool.functionalized import TRACED, Untraceable, functionalized, signature_key
+from funcbwd.decorator import TRACED, Untraceable, functionalized, signature_key
 
 __all__ = ["GRAPH", "UNELIDED", "FALLBACK", "Traced", "Untraceable"]
 
@@ -140,4 +139,6 @@ class Traced(Strategy):
 
     def bookkeeping(self) -> Any:
         # The cache legitimately grows; what must return to rest is tracing in progress.
-        return tool_cache.tracing_state()
+        with self._lock:
+            wrappers = [w for _, w in self._wrappers.values()]
+        return {"building": sum(w.functionalizer.cache.building() for w in wrappers)}

@@ -26,7 +26,7 @@ def traced_maxsize(maxsize: int | None) -> Iterator[list]:
     """The ``traced`` strategy's wrappers built with ``maxsize`` instead of unbounded; yields the
     list of wrappers built (to read their caches after)."""
     from funcbwd_lab.strategies import registry, traced
-    from funcbwd.tool.functionalized import functionalized
+    from funcbwd.decorator import functionalized
 
     real, built = traced.functionalized, []
     kept = registry._INSTANCES.pop("traced", None)  # a fresh instance: fresh wrappers
@@ -54,7 +54,7 @@ def run(data_dir: str | Path) -> dict[str, Any]:
     from funcbwd_lab.ops import registry
     from funcbwd_lab.studies.matrix import matrix
     from funcbwd_lab.studies.matrix.records import stable_records
-    from funcbwd.tool.cache import DEFAULT_MAXSIZE
+    from funcbwd.cache import DEFAULT_MAXSIZE
 
     saved = {_key(r): r["status"] for r in json.loads((Path(data_dir) / MATRIX_FILE).read_text())
              if r["strategy"] == "traced"}

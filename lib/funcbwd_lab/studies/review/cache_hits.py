@@ -1,6 +1,6 @@
 """Objection 7 of the review (issue 28): how often does the graph cache of
 :func:`funcbwd.functionalized` hit on realistic call sequences, with its bounded default
-(:data:`funcbwd.tool.cache.DEFAULT_MAXSIZE` signatures, LRU)?
+(:data:`funcbwd.cache.DEFAULT_MAXSIZE` signatures, LRU)?
 
 Two sources of call sequences:
 
@@ -54,7 +54,7 @@ def _loop(name: str) -> tuple[Any, Callable[..., Any], list[tuple]]:
     """(the wrapper, the transformed call, its argument tuples in order) of one loop sequence."""
     from torch.func import grad, vmap
 
-    from funcbwd.tool.functionalized import functionalized
+    from funcbwd.decorator import functionalized
 
     f = functionalized(_row_write, warn=False)
     w = torch.randn(6, 2, generator=torch.Generator().manual_seed(0))
@@ -102,7 +102,7 @@ def run_loop(name: str) -> dict[str, Any]:
 
 def run_case(case: Any, transform: str) -> dict[str, Any]:
     """One corpus case decorated once and called :data:`CORPUS_CALLS` times under ``transform``."""
-    from funcbwd.tool.functionalized import functionalized
+    from funcbwd.decorator import functionalized
     from funcbwd.errors import first_line
     from funcbwd_lab.studies.yourcode import transforms as T
 
@@ -134,7 +134,7 @@ def run_case(case: Any, transform: str) -> dict[str, Any]:
 
 def run() -> dict[str, Any]:
     from funcbwd_lab.studies.yourcode.cases import CASES
-    from funcbwd.tool.cache import DEFAULT_MAXSIZE
+    from funcbwd.cache import DEFAULT_MAXSIZE
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -28,7 +28,7 @@ import sys
 sys.path.insert(0, {lib!r})
 import torch
 from funcbwd_lab.ops.discussion.diag import diag_backward
-from funcbwd.tool.functionalized import functionalized
+from funcbwd.decorator import functionalized
 formula = diag_backward
 wrapped = functionalized(diag_backward)
 depth = torch._C._functorch.get_dynamic_layer_stack_depth

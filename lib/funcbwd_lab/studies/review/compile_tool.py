@@ -31,7 +31,7 @@ def run_backend(backend: str) -> dict[str, Any]:
 
     from funcbwd.errors import first_line
     from funcbwd.internals import dynamo
-    from funcbwd.tool.functionalized import functionalized
+    from funcbwd.decorator import functionalized
 
     f = functionalized(writes_row, warn=False)
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))

@@ -64,7 +64,6 @@ def call(st: Any, i: int) -> torch.Tensor:
 def stress(threads: int = 4, calls: int = 12, timeout_s: float = 180.0) -> dict[str, Any]:
     """Run the stress (see the module docstring); the counts of what it found."""
     from funcbwd_lab.strategies.traced import Traced
-    from funcbwd.tool import cache as tool_cache
 
     plan = [[(t * 7 + c) % (2 * len(JOBS)) for c in range(calls)] for t in range(threads)]
     reference = Traced()
@@ -95,8 +94,8 @@ def stress(threads: int = 4, calls: int = 12, timeout_s: float = 180.0) -> dict[
             "finished": len(results), "hung_threads": sum(th.is_alive() for th in pool),
             "errors": errors[:3], "unequal_ops": unequal, "timeout_s": timeout_s,
             "traces": st.trace_count, "traces_single_threaded": reference.trace_count,
-            "lock_at_rest": tool_cache.tracing_state() == {"tracing_in_progress": 0,
-                                                           "lock_held": False},
+            "lock_at_rest": all(w.functionalizer.cache.building() == 0
+                                for _, w in st._wrappers.values()),
             "seconds": round(seconds, 2)}
 
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 
+from funcbwd import StateWriteError
 from funcbwd.errors import first_line
 from funcbwd.compare import compare
 from funcbwd_lab.studies.yourcode import transforms as T
@@ -84,8 +85,9 @@ def faithful(case: Case) -> list[str]:
 def run_cell(name: str, f: Callable[..., Any], case: Case, vmap=None,
              within: Callable[[], Any] = contextlib.nullcontext) -> tuple[str, str]:
     """(verdict, detail) of ``f`` under transform ``name`` against the loop over the rewrite:
-    ``ok``, ``wrong`` (with the difference), ``fail`` (with the error), ``unknown`` (the truth
-    itself raised). The transformed call (not the truth) runs inside ``within()``."""
+    ``ok``, ``wrong`` (with the difference), ``fail`` (with the error), ``refused`` (the tool's
+    :class:`funcbwd.StateWriteError`: a write into the caller's state no batched run reproduces,
+    refused by its contract), ``unknown`` (the truth itself raised). The transformed call (not the truth) runs inside ``within()``."""
     args = T.args_for(name, case)
     cts = T.cotangents(case, T.output_of(case, case.rewrite))
     try:
@@ -95,6 +97,8 @@ def run_cell(name: str, f: Callable[..., Any], case: Case, vmap=None,
     try:
         with within():
             got = T.transformed(name, f, case, args, cts, vmap=vmap)
+    except StateWriteError as e:  # the tool's contract: no per-sample answer, refused (why)
+        return "refused", f"{type(e).__name__}: {first_line(str(e), 140)}"
     except Exception as e:  # noqa: BLE001 - the failure is the finding
         return "fail", f"{type(e).__name__}: {first_line(str(e), 140)}"
     diff = close(got, want)

@@ -84,7 +84,7 @@ def _other_arm(mechanism: str, name: str, case: Case, args: tuple, cts) -> tuple
 def cell(case: Case, name: str, batch: int, works: frozenset = frozenset()) -> dict[str, Any]:
     """One case x transform x batch; ``works``: the mechanisms of :data:`OTHERS` the saved
     corpus run found right on it (timed too)."""
-    from funcbwd.tool.vmap import vmap as fvmap
+    from funcbwd.transforms import vmap as fvmap
 
     args = T.batch_args(case, batch)
     cts = T.cotangents(case, T.output_of(case, case.rewrite), batch)

@@ -22,7 +22,7 @@ from torch.func import hessian, jacfwd, jacrev, vjp, vmap
 
 from funcbwd.errors import first_line
 from funcbwd.compare import Mismatch, check_close
-from funcbwd.tool.functionalized import functionalized
+from funcbwd.decorator import functionalized
 
 TRANSFORMS = ("vmap", "vmap_vjp", "vmap_jacrev", "jacfwd", "hessian")
 BATCH = 4

@@ -8,7 +8,7 @@
                  (``zeros``, ``empty``, ``*_like``, ``new_*``, ...) is made batched at once
                  (expanded and copied at every level): a prototype, :class:`BatchedFactories`
 ``lazy``         option 2: a fresh tensor becomes batched when a batched value is first written
-                 into it (:class:`funcbwd.tool.inplace.InplaceMode` on for the whole call)
+                 into it (:class:`funcbwd.inplace.InplaceMode` on for the whole call)
 ``mode``         what funcbwd ships: ``with funcbwd.allow_inplace():`` - torch's own vmap first,
                  the lazy mode only for a vmap call that raised an in-place error
 ``dropin``       ``funcbwd.vmap`` in place of the user's own ``torch.func.vmap`` (only the
@@ -54,30 +54,27 @@ def _batched() -> Iterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def _lazy() -> Iterator[None]:
-    from funcbwd.tool.inplace import InplaceMode
-    from funcbwd.tool.oldstyle import functions_converted
+def _lazy() -> Any:
+    import funcbwd
 
-    with functions_converted(), InplaceMode():
-        yield
+    return funcbwd.inplace_mode()
 
 
 def _allow() -> Any:
-    from funcbwd.tool.vmap import allow_inplace
+    import funcbwd
 
-    return allow_inplace()
+    return funcbwd.allow_inplace()
 
 
 def _decorate(f: Any) -> Any:
-    from funcbwd.tool.functionalized import functionalized
+    import funcbwd
 
-    return functionalized(f, warn=False)
+    return funcbwd.functionalized(f, warn=False)
 
 
 def _twice(cell: Callable[[], tuple[str, str]]) -> tuple[str, str]:
     """A cell of the mode, run twice: the second call goes straight to what worked (a replayed
-    plan, see funcbwd.tool.inplace.Replay) and must be right too."""
+    plan, see funcbwd.replay.Replay) and must be right too."""
     first = cell()
     if first[0] != "ok":
         return first
@@ -106,7 +103,7 @@ def run(mechanism: str, case: Case, transform: str) -> tuple[str, str]:
     if mechanism == "lazy":
         return run_cell(transform, case.fn(identity), case, within=_lazy)
     if mechanism == "mode":
-        from funcbwd.tool.vmap import LOOP_RUNS
+        from funcbwd.ladder import LOOP_RUNS
 
         before = LOOP_RUNS[0]
         verdict, detail = _twice(lambda: run_cell(transform, case.fn(identity), case,
@@ -117,9 +114,9 @@ def run(mechanism: str, case: Case, transform: str) -> tuple[str, str]:
     if mechanism == "dropin":
         if transform not in VMAP_TRANSFORMS:
             return "n/a", "no vmap of the user's own to replace (jacfwd/hessian call torch's)"
-        from funcbwd.tool.vmap import vmap
+        import funcbwd
 
-        return _twice(lambda: run_cell(transform, case.fn(identity), case, vmap=vmap))
+        return _twice(lambda: run_cell(transform, case.fn(identity), case, vmap=funcbwd.vmap))
     raise ValueError(f"unknown mechanism {mechanism!r}; known: {', '.join(MECHANISMS)}")
 
 

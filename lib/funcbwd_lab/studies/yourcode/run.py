@@ -4,7 +4,8 @@
 
 writes one record per cell (``case``, ``transform``, ``mechanism``, ``verdict``, ``detail``,
 ``error``): ``ok`` (equal to a per-sample loop of torch's autograd on the case's out-of-place
-rewrite, within 1e-4), ``wrong`` (ran, differs), ``fail`` (raised), ``unknown`` (the truth itself
+rewrite, within 1e-4), ``wrong`` (ran, differs), ``fail`` (raised), ``refused`` (the tool's
+contract refuses it, with the reason: never counted as fixed), ``unknown`` (the truth itself
 raised: never counted as pass), ``n/a`` (the mechanism has nothing to act on) and, from the case,
 ``undefined`` transforms (with why). The output defaults to ``out/yourcode-corpus.json``
 (untracked); ``--out data/yourcode-corpus.json`` refreshes the committed data. A run resumes:
@@ -99,6 +100,7 @@ def summarize(data: dict) -> dict[str, Any]:
         fixed = sorted(k for k in applicable if mine.get(k, {}).get("verdict") == "ok")
         regress = sorted(k for k in working if mine.get(k, {}).get("verdict") in ("fail", "wrong"))
         wrong = sorted(k for k, r in mine.items() if r["verdict"] == "wrong")
+        refused = sorted(k for k, r in mine.items() if r["verdict"] == "refused")
         by_class: dict[str, list[int]] = {}
         for (n, t) in applicable:
             for cls in data["cases"][n]["classes"]:
@@ -109,7 +111,7 @@ def summarize(data: dict) -> dict[str, Any]:
         out["mechanisms"][m] = {
             "applicable": len(applicable), "fixed": len(fixed), "looped": looped,
             "still_failing": sorted(k for k in applicable if k not in fixed),
-            "regressions": regress, "wrong": wrong, "by_class": by_class}
+            "regressions": regress, "wrong": wrong, "refused": refused, "by_class": by_class}
     return out
 
 

@@ -1,17 +1,20 @@
-"""Old-style ``torch.autograd.Function`` classes under torch.func, for the in-place mode.
+"""Custom ``torch.autograd.Function`` classes under the in-place mode.
 
 torch.func transforms refuse a Function whose ``forward`` takes ``ctx`` ("must override the
-setup_context staticmethod"); most libraries still ship that style. While
-:class:`functions_converted` is active (the mode of :mod:`funcbwd.tool.vmap`), ``Function.apply``
-under a transform runs such a class as an equivalent setup_context-style Function
-(:func:`_converted`): its ``forward`` runs once with a recording ``ctx``; what it saved or set on
+setup_context staticmethod"); most libraries still ship that style. And a setup_context-style
+Function without a ``vmap`` staticmethod "does not have vmap support". While
+:func:`functions_converted` is active (every retry stage of :mod:`funcbwd.ladder`),
+``Function.apply`` under a transform runs an old-style class as an equivalent setup_context-style
+Function (:func:`_converted`): its ``forward`` runs once with a recording ``ctx``; what it saved or set on
 ``ctx`` is given to the real ``ctx`` in ``setup_context`` (saved intermediates and tensor
 attributes are returned as extra, non-differentiable outputs and dropped by ``apply``), with
-``generate_vmap_rule = True``. Every Function's ``forward`` and ``backward`` run under an
-:class:`~funcbwd.tool.inplace.InplaceMode` of their own (torch runs them with the caller's modes
+``generate_vmap_rule = True``, and a setup_context-style class as a subclass with
+``generate_vmap_rule = True`` where it has no vmap support of its own (its forward and backward
+are written for one sample: vmap runs them batched, as it runs any function). Every Function's
+``forward`` and ``backward`` run under an :class:`~funcbwd.inplace.InplaceMode` of their own (torch runs them with the caller's modes
 off; the engine runs ``backward`` from inside ``torch.autograd.grad``): the first call of a class,
 method and argument signature (shapes, dtypes, batching) runs the full mode; later calls replay
-what it did (:class:`~funcbwd.tool.replay.Replay` of its :class:`~funcbwd.tool.replay.Plan`), and
+what it did (:class:`~funcbwd.replay.Replay` of its :class:`~funcbwd.replay.Plan`), and
 run the full mode again where the replay diverges (an op the plan does not have there, refused
 before it runs; the random state is put back; a call that wrote into its arguments before is
 not re-run: its error is raised).
@@ -19,30 +22,22 @@ not re-run: its error is raised).
 
 from __future__ import annotations
 
-import collections
-import contextvars
+import contextlib
 import functools
-import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
-from funcbwd import internals
-from funcbwd.tool.inplace import InplaceMode, current, untracked
-from funcbwd.tool.replay import Plan, Replay
+from funcbwd import internals, scope
+from funcbwd.cache import LRU
+from funcbwd.errors import LoopInstead, NeedsMode, StateWriteError, fixable
+from funcbwd.inplace import InplaceMode
+from funcbwd.journal import Journal, rng_states, set_rng_states
+from funcbwd.replay import Replay
 
-__all__ = ["functions_converted", "mode_active", "setup_context_style", "run_inplace",
-           "run_planned"]
-
-
-_SLOT: contextvars.ContextVar[list | None] = contextvars.ContextVar("funcbwd_function_slot",
-                                                                    default=None)
-_ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("funcbwd_inplace_active",
-                                                               default=False)
-
-
-def mode_active() -> bool:
-    return _ACTIVE.get()
+__all__ = ["functions_converted", "setup_context_style", "run_planned", "run_as_written",
+           "inplace_mode",
+           "run_inplace"]
 
 
 class _RecordingCtx:
@@ -81,37 +76,81 @@ class _RecordingCtx:
 
 
 #: (class, method, argument signature) -> the Plan of its first call under the mode (None: the
-#: call needed the full mode), least recently used out past :data:`PLANS_KEPT`
-_PLANS: "collections.OrderedDict[tuple, Plan | None]" = collections.OrderedDict()
-PLANS_KEPT = 1024
-_PLANS_LOCK = threading.Lock()
+#: call needed the full mode)
+PLANS = LRU(1024)
 
 
 def run_planned(owner: Any, run: Callable[[], Any], args: tuple) -> Any:
     """``run()`` (a call of ``owner``, hashable, on ``args``) under the in-place mode: the full
-    mode the first time for ``owner`` and the arguments' signature, its replayed plan later."""
+    mode the first time for ``owner`` and the arguments' signature, its replayed plan later.
+    What the call writes of its caller's goes into the current call's journal (a replay that
+    diverges puts it back before the full mode runs)."""
     key = (owner, tuple((a.shape, a.dtype, internals.is_batched(a))
                         if isinstance(a, torch.Tensor) else type(a) for a in args))
-    plan = _PLANS.get(key)
+    outer = scope.current().journal
+    plan = PLANS.get(key)
     if plan is not None:
-        rng = torch.get_rng_state()
-        versions = [(a, a._version) for a in args if isinstance(a, torch.Tensor)]
+        rng, journal = rng_states(), Journal()
         try:
-            with untracked(), Replay(plan):
-                return run()
-        except Exception:  # noqa: BLE001 - diverged: the full mode runs it (unless it wrote)
-            if any(t._version != v for t, v in versions):
-                raise
-            torch.set_rng_state(rng)
-    mode = InplaceMode()
-    with mode:
-        out = run()
-    with _PLANS_LOCK:
-        _PLANS[key] = mode.plan()
-        _PLANS.move_to_end(key)
-        while len(_PLANS) > PLANS_KEPT:
-            _PLANS.popitem(last=False)
+            with Replay(plan, journal):
+                out = run()
+        except Exception:  # noqa: BLE001 - diverged: the full mode runs it, from the start
+            journal.restore()
+            set_rng_states(rng)
+        else:
+            _hand_over(journal, outer)
+            return out
+    journal = Journal()
+    mode = InplaceMode(journal=journal)
+    try:
+        with mode:
+            out = run()
+    except BaseException:
+        journal.restore()
+        raise
+    PLANS.put(key, mode.plan())
+    _hand_over(journal, outer)
     return out
+
+
+#: owner -> True once its code ran as written without the mode (watched), False once it needed
+#: the mode
+_PLAIN = LRU(1024)
+
+
+def run_as_written(owner: Any, run: Callable[[], Any], args: tuple) -> Any:
+    """``run()`` as written: watched first (the caller's tensors saved before a write, shared
+    writes refused, nothing else changed: code torch's transforms run as it is runs so), then,
+    if that raised an error in-place code causes, under the in-place mode
+    (:func:`run_planned`). What worked is remembered per ``owner``."""
+    if _PLAIN.get(owner, True):
+        outer = scope.current().journal
+        rng, journal = rng_states(), Journal()
+        try:
+            with InplaceMode(watch=True, journal=journal):
+                out = run()
+        except StateWriteError:
+            journal.restore()
+            raise
+        except (LoopInstead, NeedsMode, Exception) as e:  # noqa: BLE001 - retried, or raised
+            journal.restore()
+            if not isinstance(e, (LoopInstead, NeedsMode)) and not fixable(e):
+                raise
+            set_rng_states(rng)
+            _PLAIN.put(owner, False)
+        else:
+            _PLAIN.put(owner, True)
+            _hand_over(journal, outer)
+            return out
+    return run_planned(owner, run, args)
+
+
+def _hand_over(journal: Journal, outer: Journal | None) -> None:
+    """A Function call's writes become its caller's call's (all or none with it)."""
+    if outer is None:
+        journal.commit()
+    else:
+        outer.absorb(journal)
 
 
 def _where(t: Any, inputs: tuple, outs: tuple, extras: list) -> tuple[str, Any]:
@@ -147,7 +186,7 @@ def _converted(cls: type) -> type:
             "nondiff": [_where(t, args, outs, extras)[1] for t in rec._calls["nondiff"]],
             "materialize": rec._calls["materialize"], "n_out": len(outs), "single": single,
         }
-        slot = _SLOT.get()
+        slot = scope.current().slot
         if slot is not None:
             slot.append(plan)
         if not extras:
@@ -155,7 +194,7 @@ def _converted(cls: type) -> type:
         return (*outs, *(e.detach() for e in extras))
 
     def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-        plan = _SLOT.get()[-1]
+        plan = scope.current().slot[-1]
         outs = output if isinstance(output, tuple) else (output,)
 
         def resolve(where: tuple[str, Any]) -> Any:
@@ -186,12 +225,9 @@ def _converted(cls: type) -> type:
 
     def apply(k: type, *args: Any, **kwargs: Any) -> Any:
         """The class's outputs only (the extra outputs carrying saved intermediates dropped)."""
-        token = _SLOT.set([])
-        try:
+        with scope.entered(slot=[]) as s:
             out = super(conv, k).apply(*args, **kwargs)
-            plan = _SLOT.get()[-1]
-        finally:
-            _SLOT.reset(token)
+            plan = s.slot[-1]
         if not isinstance(out, tuple) or plan["single"] and len(out) == 1:
             return out
         outs = out[:plan["n_out"]]
@@ -209,7 +245,7 @@ def setup_context_style(cls: type) -> type:
 @functools.lru_cache(maxsize=None)
 def _backward_under_mode(cls: type) -> type:
     """``cls`` (setup_context style) with its ``forward`` and ``backward`` run under an
-    :class:`InplaceMode` each."""
+    :class:`InplaceMode` each, and a generated vmap rule where it has no vmap support."""
 
     def forward(*args: Any) -> Any:  # torch runs it with the caller's modes off
         return run_planned((cls, "forward"), lambda: cls.forward(*args), args)
@@ -217,19 +253,20 @@ def _backward_under_mode(cls: type) -> type:
     def backward(ctx: Any, *grads: Any) -> Any:
         return run_planned((cls, "backward"), lambda: cls.backward(ctx, *grads), grads)
 
-    return type(cls.__name__, (cls,), {"forward": staticmethod(forward),
-                                       "backward": staticmethod(backward),
-                                       "vjp": staticmethod(backward),
-                                       "__qualname__": cls.__qualname__,
-                                       "_funcbwd_wrapped": True})
+    attrs = {"forward": staticmethod(forward), "backward": staticmethod(backward),
+             "vjp": staticmethod(backward), "__qualname__": cls.__qualname__,
+             "_funcbwd_wrapped": True}
+    if not internals.function_has_vmap_support(cls):
+        attrs["generate_vmap_rule"] = True
+    return type(cls.__name__, (cls,), attrs)
 
 
 def _apply_converting(original: Callable[..., Any]) -> Callable[..., Any]:
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
-        if not (_ACTIVE.get() and internals.stack_depth()) or getattr(cls, "_funcbwd_wrapped",
-                                                                        False):
+        if not (scope.current().functions and internals.stack_depth()) or getattr(
+                cls, "_funcbwd_wrapped", False):
             return original(cls, *args, **kwargs)
-        mode = current()
+        mode = scope.current().mode
         if mode is not None:
             mode.promote_arguments(args)
         if not internals.function_is_old_style(cls):
@@ -239,26 +276,34 @@ def _apply_converting(original: Callable[..., Any]) -> Callable[..., Any]:
     return apply
 
 
-class functions_converted:
-    """While active (and the mode flag is set), old-style Functions' ``apply`` converts them."""
-
-    def __enter__(self) -> None:
-        self._patch = internals.function_apply_replaced(_apply_converting)
-        self._patch.__enter__()
-        # set only once patched: a flag left set would make every later funcbwd.vmap skip its
-        # retries (it would take itself for a vmap inside a retry)
-        self._token = _ACTIVE.set(True)
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            self._patch.__exit__(*exc)
-        finally:
-            _ACTIVE.reset(self._token)
+@contextlib.contextmanager
+def functions_converted() -> Iterator[None]:
+    """While active, ``Function.apply`` under a transform runs custom Functions as described in
+    the module docstring."""
+    with internals.function_apply_replaced(_apply_converting), scope.entered(functions=True):
+        yield
 
 
-def run_inplace(call: Callable[[], Any], isolated: bool = False, on_copy: bool = False) -> Any:
-    """``call()`` under the in-place mode with custom Functions converted (what each retry of
-    :func:`funcbwd.vmap` and the decorator's as-written fallback run); ``isolated``,
-    ``on_copy``: see :class:`InplaceMode`."""
-    with functions_converted(), InplaceMode(isolated=isolated, on_copy=on_copy):
+@contextlib.contextmanager
+def inplace_mode(*, on_copy: bool = False, state_writes: str = "refuse") -> Iterator[None]:
+    """The block runs under the in-place mode alone, custom Functions converted (one stage of
+    :mod:`funcbwd.ladder`, no retries): what the caller's tensors took is given back if it
+    fails. The workbench compares it, as a mechanism (functorch#1025's "lazy" option), with the
+    others."""
+    journal = Journal()
+    try:
+        with scope.entered(journal=journal, state_writes=state_writes), \
+                internals.vmap_impl_replaced(scope.sampling), \
+                functions_converted(), InplaceMode(on_copy=on_copy, journal=journal):
+            yield
+    except BaseException:
+        journal.restore()
+        raise
+    journal.commit()
+
+
+def run_inplace(call: Callable[[], Any], *, on_copy: bool = False,
+                state_writes: str = "refuse") -> Any:
+    """``call()`` under :func:`inplace_mode`."""
+    with inplace_mode(on_copy=on_copy, state_writes=state_writes):
         return call()

@@ -1,0 +1,114 @@
+"""What a traced graph cannot stand for, found while tracing: the trace is then refused (the
+decorated function runs as written instead, :mod:`funcbwd.decorator`).
+
+A functionalized graph differentiates every write it records. Eager autograd does not: a write
+made under ``no_grad`` (or ``inference_mode``), or through ``.data`` / ``.detach()``, or after
+``detach_()``, changes values without being recorded, so the gradient of what was written flows
+to the tensor's history as if the write had not happened. The trace follows eager autograd where
+it can and refuses where it cannot:
+
+* an op run under ``no_grad`` computes a value with no gradient: its graph node is detached (by
+  the tracer, :func:`funcbwd.fx.tracer.trace` with ``grad_mode``), as eager computes it;
+* a write under ``no_grad`` into a tensor that carries gradient (one computed from an input or a
+  captured tensor while grad was enabled), a write into a detached alias of such a tensor, and
+  ``detach_()`` of one are refused (:class:`TraceRefused`);
+* reading ``requires_grad``, ``grad_fn``, ``is_leaf`` or ``grad`` is refused: the trace runs on
+  tensors that carry no gradient, so a branch on it would be fixed at trace time.
+
+:class:`Audit` is a ``TorchFunctionMode`` around the traced call, tracking which tensors carry
+gradient (the inputs and captured tensors, and what grad-enabled ops compute from them).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from funcbwd import masks, rules
+
+_AUTOGRAD_STATE = frozenset({"requires_grad", "grad_fn", "is_leaf", "grad", "_version"})
+
+
+class TraceRefused(RuntimeError):
+    """The traced call does something a graph cannot stand for (module docstring)."""
+
+
+class _Tensors:
+    """A set of tensors by identity, held weakly (a tensor's ``==`` is elementwise)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref] = {}
+
+    def add(self, t: torch.Tensor) -> None:
+        self._refs[id(t)] = weakref.ref(t)
+
+    def __contains__(self, t: Any) -> bool:
+        ref = self._refs.get(id(t))
+        return ref is not None and ref() is t
+
+
+class Audit(TorchFunctionMode):
+    def __init__(self, inputs: tuple) -> None:
+        super().__init__()
+        self.tracked, self.detached, self.made = _Tensors(), _Tensors(), _Tensors()
+        self.inputs = _Tensors()
+        for t in masks.tensors(inputs):
+            self.tracked.add(t)
+            self.inputs.add(t)
+
+    def _carries(self, t: Any) -> bool:
+        """``t`` carries gradient: an input, computed from one with grad enabled, or a tensor the
+        caller owns that requires grad (a module's parameter)."""
+        if not isinstance(t, torch.Tensor):
+            return False
+        return t in self.tracked or (t not in self.made and t.requires_grad)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "") or ""
+        if name == "__get__":
+            attr = getattr(func.__self__, "__name__", "")
+            if attr in _AUTOGRAD_STATE:
+                raise TraceRefused(f"it reads .{attr}, which a trace on tensors without "
+                                   "gradient would fix at trace time")
+            out = func(*args, **kwargs)
+            if attr == "data" and self._carries(args[0]):
+                self.detached.add(out)
+            return out
+        k = rules.kind(name, kwargs)
+        if k in ("write", "setitem", "out") or name == "detach_":
+            target = kwargs["out"] if k == "out" else (args[0] if args else None)
+            self._check_write(name, target)
+        out = func(*args, **kwargs)
+        grad = torch.is_grad_enabled()
+        inputs = masks.tensors((args, kwargs))
+        for o in masks.tensors(out):
+            self.made.add(o)
+            if name in ("detach", "detach_") or not grad:
+                if any(self._carries(a) for a in inputs) and o not in self.tracked:
+                    self.detached.add(o)
+                continue
+            if any(self._carries(a) for a in inputs):
+                self.tracked.add(o)
+            if any(a in self.detached for a in inputs) and _is_view_of_any(o, inputs):
+                self.detached.add(o)
+        return out
+
+    def _check_write(self, name: str, target: Any) -> None:
+        if not isinstance(target, torch.Tensor):
+            return
+        if name == "detach_" and self._carries(target):
+            raise TraceRefused("detach_() of a tensor that carries gradient")
+        if target in self.detached:
+            raise TraceRefused(f"{name} writes through .data or .detach() of a tensor that "
+                               "carries gradient")
+        if not torch.is_grad_enabled() and self._carries(target):
+            raise TraceRefused(f"{name} under no_grad into a tensor that carries gradient")
+
+
+def _is_view_of_any(o: torch.Tensor, inputs: list[torch.Tensor]) -> bool:
+    return o._is_view() and any(o._base is a or o._base is getattr(a, "_base", None)
+                                for a in inputs if isinstance(a, torch.Tensor))

@@ -1,0 +1,95 @@
+"""What a call may change that its caller owns, saved so that it changes all or nothing, once.
+
+A :class:`Journal` keeps, for each tensor the caller owns that the call writes, its contents as
+they were before the first write. When an attempt fails, :meth:`Journal.restore` puts every one
+back before anything runs again (a retry never repeats what a failed attempt did); when the call
+succeeds, the journal is dropped (the writes land, once); under ``state_writes="discard"`` the
+call's writes are given back when it ends (each batch entry saw its own writes during the call).
+A tensor *borrowed* for the call (given a batched stand-in while per-sample values are written
+into it) is restored by swapping its own contents back: the caller's storage was never written.
+
+:func:`rng_states` / :func:`set_rng_states`: the random state of the CPU generator and of every
+accelerator torch has initialized (CUDA, XPU, MPS), saved and put back as one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from funcbwd import internals
+
+
+class Journal:
+    def __init__(self) -> None:
+        self._saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._borrowed: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._lifted: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._saved or self._borrowed or self._lifted)
+
+    def has_stand_ins(self) -> bool:
+        return bool(self._borrowed or self._lifted)
+
+    def save(self, t: torch.Tensor) -> None:
+        """Before a write into ``t``, a tensor the caller owns: its contents, once per call."""
+        if id(t) not in self._saved:
+            with internals.cleared_functorch_state(), torch.no_grad():
+                self._saved[id(t)] = (t, internals.dense(t).detach().clone())
+
+    def borrow(self, t: torch.Tensor, stand_in: torch.Tensor) -> None:
+        """``t`` takes ``stand_in``'s contents for the rest of the call (its own are kept aside)."""
+        internals.swap_impl(t, stand_in)  # ``stand_in`` now holds the caller's contents
+        self._borrowed.append((t, stand_in))
+
+    def lift(self, t: torch.Tensor, stand_in: torch.Tensor, leading: int = 0) -> None:
+        """``t`` takes ``stand_in``'s contents (``t``'s own, wrapped at the call's transforms,
+        batched at ``leading`` vmap levels over basis vectors, not samples) for the rest of the
+        call; when the call succeeds, its final value is written back into ``t``'s own contents
+        (the write lands; the value is the same for every basis vector: the first is taken);
+        when it fails, ``t`` is as it was."""
+        internals.swap_impl(t, stand_in)
+        self._lifted.append((t, stand_in, leading))
+
+    def borrowed(self, t: torch.Tensor) -> bool:
+        return any(b[0] is t for b in self._borrowed + self._lifted)
+
+    def absorb(self, other: "Journal") -> None:
+        """``other``'s saved contents and stand-ins become this journal's (a nested call's writes
+        land or go with the call around it); a tensor saved in both keeps the older contents."""
+        for key, entry in other._saved.items():
+            self._saved.setdefault(key, entry)
+        self._borrowed += other._borrowed
+        self._lifted += other._lifted
+        other._saved, other._borrowed, other._lifted = {}, [], []
+
+    def restore(self) -> None:
+        """Every tensor the call wrote, as it was before the call; the journal is then empty."""
+        for t, own, *_ in reversed(self._borrowed + self._lifted):
+            internals.swap_impl(t, own)
+        self._borrowed.clear()
+        self._lifted.clear()
+        with internals.cleared_functorch_state(), torch.no_grad():  # below every transform
+            for t, old in self._saved.values():
+                internals.dense(t).copy_(old)
+        self._saved.clear()
+
+    def commit(self) -> None:
+        """The call succeeded: its writes stay (borrowed tensors are always given back; a lifted
+        tensor takes its final value)."""
+        for t, own in reversed(self._borrowed):
+            internals.swap_impl(t, own)
+        self._borrowed.clear()
+        for t, own, leading in reversed(self._lifted):
+            final = internals.dense(t).detach()
+            for _ in range(leading):
+                final = final[0]
+            internals.swap_impl(t, own)
+            with internals.cleared_functorch_state(), torch.no_grad():
+                internals.dense(t).copy_(final)
+        self._lifted.clear()
+        self._saved.clear()
+
+
+rng_states = internals.rng_states
+set_rng_states = internals.set_rng_states

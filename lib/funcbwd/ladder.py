@@ -1,0 +1,325 @@
+"""One vmap call of :func:`funcbwd.vmap` (or any vmap inside :func:`funcbwd.allow_inplace`):
+torch's own vmap first, then the retry stages in order, the caller's state all or nothing.
+
+:func:`call` is the whole story:
+
+1. A call made while a retry stage runs (a vmap inside the function) runs as the stage runs it.
+2. What worked for this function and argument signature before (:data:`WORKED`) is tried first:
+   torch's vmap as it is, or a stage (the in-place mode's replayed :class:`~funcbwd.replay.Plan`
+   where it has one). If that fails, the call starts over.
+3. Torch's vmap. On the first call of a signature it runs under the in-place mode's *watch* (no
+   change to what runs, only the caller's tensors saved before a write and shared writes refused
+   before they happen, :mod:`funcbwd.inplace`); later calls of a signature that wrote nothing of
+   the caller's run bare, at torch's own cost.
+4. If torch raised an error in-place code causes (:func:`fixable`), the stages of :data:`STAGES`
+   run in order, each from the caller's state and random state as they were before the call
+   (:class:`~funcbwd.journal.Journal`: a retry never repeats what a failed attempt did).
+5. When all fail, torch's own error is raised with one note saying what funcbwd tried, and the
+   caller's state is as it was. A :class:`~funcbwd.errors.StateWriteError` (a write the caller's
+   ``state_writes`` refuses) is raised as it is, at once.
+
+What a call does with the caller's tensors, by ``state_writes`` (:mod:`funcbwd.inplace`):
+``"refuse"`` (default), ``"loop"`` (the per-sample loop), ``"discard"`` (given back at the end).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import warnings
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from funcbwd import internals, scope
+from funcbwd.cache import LRU
+from funcbwd.errors import (FuncbwdError, LoopInstead, NeedsMode, StateWriteError, first_line,
+                            fixable)
+from funcbwd.functions import functions_converted
+from funcbwd.inplace import InplaceMode
+from funcbwd.journal import Journal, rng_states, set_rng_states
+from funcbwd.replay import Plan, Replay
+
+__all__ = ["Call", "call", "fixable", "PerSampleLoopWarning", "STAGES", "WORKED"]
+
+
+class PerSampleLoopWarning(UserWarning):
+    """funcbwd ran a function once per batch entry (slow): nothing batched could run it."""
+
+
+@dataclasses.dataclass
+class Call:
+    """One vmap call: torch's ``vmap_impl`` and its arguments, for any function. ``samples``:
+    its batch entries are samples (False for the basis vectors torch's own ``jacrev``, ``jacfwd``
+    and ``hessian`` vmap over)."""
+
+    impl: Callable[..., Any]
+    in_dims: Any
+    out_dims: Any
+    randomness: str
+    chunk_size: int | None
+    args: tuple
+    kwargs: dict
+    samples: bool = True
+    plan: Plan | None = None  # what the in-place mode stage did, if a replay can redo it
+
+    def run(self, f: Any) -> Any:
+        if self.samples:
+            f = scope.over_samples(f)
+        return self.impl(f, self.in_dims, self.out_dims, self.randomness, self.chunk_size,
+                         *self.args, **self.kwargs)
+
+
+# ------------------------------------------------------------------------------ what worked
+class _Ref:
+    """A part of a function's identity: the object itself, held weakly where it can be (an id
+    reused after it is freed never matches), by value where it is hashable, else strongly."""
+
+    __slots__ = ("ref", "hash")
+
+    def __init__(self, obj: Any) -> None:
+        try:
+            self.ref, self.hash = weakref.ref(obj), id(obj)
+        except TypeError:
+            try:
+                self.ref, self.hash = (obj,), hash(obj)
+            except TypeError:
+                self.ref, self.hash = [obj], id(obj)
+
+    def get(self) -> Any:
+        r = self.ref
+        return r() if isinstance(r, weakref.ref) else r[0]
+
+    def __eq__(self, other: Any) -> bool:
+        if not isinstance(other, _Ref) or type(self.ref) is not type(other.ref):
+            return False
+        if isinstance(self.ref, tuple):
+            return self.ref == other.ref
+        a = self.get()
+        return a is not None and a is other.get()
+
+    def __hash__(self) -> int:
+        return self.hash
+
+
+def identity(func: Any) -> tuple:
+    """A function's identity across fresh closures of the same code over the same objects
+    (``vmap(jacrev(f))`` written inline makes a new closure per call)."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return (_Ref(func),)
+    cells = []
+    for c in func.__closure__ or ():
+        try:
+            cells.append(_Ref(c.cell_contents))
+        except ValueError:  # an empty cell
+            cells.append(None)
+    return (code, tuple(cells))
+
+
+@dataclasses.dataclass(frozen=True)
+class Way:
+    """What worked: ``"plain"`` (torch's vmap; ``writes``: it saved caller tensors on its first
+    call, so later calls run watched too) or a stage's name (and its plan, if it has one)."""
+
+    how: str
+    plan: Plan | None = None
+    writes: bool = False
+
+
+#: (function identity, argument signature, state policy) -> the Way that worked
+WORKED = LRU(1024)
+
+
+def _signature(call: Call) -> tuple:
+    flat = internals.leaves((call.args, call.kwargs))
+    return tuple((a.shape, a.dtype, internals.is_batched(a)) if isinstance(a, torch.Tensor)
+                 else type(a) for a in flat)
+
+
+# ------------------------------------------------------------------------------ one call
+def call(func: Any, c: Call) -> Any:
+    """``c.run(func)`` as the module docstring says."""
+    s = scope.current()
+    if s.retrying:
+        return c.run(func)
+    key = (identity(func), _signature(c), s.state_writes)
+    rng = rng_states()
+    journal = Journal()
+    with scope.entered(journal=journal):
+        try:
+            out = _attempts(func, c, key, rng, journal)
+        except BaseException:
+            journal.restore()
+            raise
+    if s.state_writes == "discard":
+        journal.restore()
+    else:
+        journal.commit()
+    return out
+
+
+def _attempts(func: Any, c: Call, key: tuple, rng: dict, journal: Journal) -> Any:
+    way = WORKED.get(key)
+    if way is not None:
+        try:
+            return _run_way(func, c, way, journal)
+        except StateWriteError:
+            raise
+        except Exception:  # noqa: BLE001 - start over: plain, then every stage
+            WORKED.pop(key)
+            _start_over(rng, journal)
+    try:
+        out = _plain(func, c, journal, watch=True)
+        WORKED.put(key, Way("plain", writes=bool(journal)))
+        return out
+    except StateWriteError:
+        raise
+    except LoopInstead:
+        _start_over(rng, journal)
+        return _remembered(key, "per-sample loop", _loop_stage(func, c, journal), c)
+    except NeedsMode as e:
+        plain: Exception = RuntimeError(f"a shared write under state_writes='discard': {e}")
+    except Exception as e:  # noqa: BLE001 - only fixable errors are retried
+        if not fixable(e):
+            raise
+        plain = e
+    failures = []
+    for stage in STAGES:
+        _start_over(rng, journal)
+        try:
+            with scope.entered(retrying=True):
+                out = stage.run(func, c, journal)
+        except (StateWriteError, LoopInstead) as e:
+            if isinstance(e, StateWriteError):
+                raise
+            _start_over(rng, journal)
+            return _remembered(key, "per-sample loop", _loop_stage(func, c, journal), c)
+        except Exception as e:  # noqa: BLE001 - torch's own error, ours noted
+            failures.append(f"{stage.name}: {type(e).__name__}: {first_line(str(e), 120)}")
+            continue
+        return _remembered(key, stage.name, out, c)
+    _start_over(rng, journal)
+    plain.add_note("funcbwd could not run it either; " + "; ".join(failures))
+    raise plain
+
+
+def _start_over(rng: dict, journal: Journal) -> None:
+    journal.restore()
+    set_rng_states(rng)
+
+
+def _remembered(key: tuple, how: str, out: Any, c: Call) -> Any:
+    WORKED.put(key, Way(how, c.plan))
+    return out
+
+
+def _run_way(func: Any, c: Call, way: Way, journal: Journal) -> Any:
+    if way.how == "plain":
+        return _plain(func, c, journal, watch=way.writes)
+    if way.plan is not None:
+        with scope.entered(retrying=True), functions_converted(), Replay(way.plan, journal):
+            return c.run(func)
+    with scope.entered(retrying=True):
+        return STAGES_BY_NAME[way.how].run(func, c, journal)
+
+
+def _plain(func: Any, c: Call, journal: Journal, watch: bool) -> Any:
+    """Torch's vmap as it is; watched: the caller's tensors saved before a write, a shared write
+    refused before it happens (the in-place mode changing nothing else)."""
+    if not watch:
+        return c.run(func)
+    with InplaceMode(watch=True, journal=journal):
+        return c.run(func)
+
+
+# ------------------------------------------------------------------------------ the stages
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable[[Any, Call, Journal], Any]
+    doc: str
+
+
+def _mode_stage(func: Any, c: Call, journal: Journal) -> Any:
+    with functions_converted():
+        mode = InplaceMode(journal=journal)
+        with mode:
+            out = c.run(func)
+    c.plan = mode.plan()
+    return out
+
+
+def _on_copy_stage(func: Any, c: Call, journal: Journal) -> Any:
+    with functions_converted(), InplaceMode(on_copy=True, journal=journal):
+        return c.run(func)
+
+
+def _functionalized_stage(func: Any, c: Call, journal: Journal) -> Any:
+    from funcbwd.decorator import functionalized
+
+    with functions_converted():
+        return c.run(functionalized(func, warn=False))
+
+
+_LOOP_WARNED: "weakref.WeakSet | set" = weakref.WeakSet()
+LOOP_RUNS = [0]  # how many times the per-sample loop stage ran (the corpus counts its fixes apart)
+
+
+def _loop_stage(func: Any, c: Call, journal: Journal) -> Any:
+    """The last resort: ``func`` once per batch entry, in order, outputs stacked at ``out_dims``:
+    the per-sample loop itself. A write into the caller's tensors lands as the loop makes it (each
+    entry sees the ones before), or, under ``state_writes="discard"``, each entry starts from the
+    caller's state as it was. ``randomness="same"``: every entry draws from the same state. The
+    first entry runs watched (the caller's tensors saved before a write); the others run bare
+    unless it wrote any (or the policy discards)."""
+    size, dims, flat, spec = internals.vmap_inputs(c.in_dims, c.args, func)
+    start = rng_states() if c.randomness == "same" else None
+    discard = scope.current().state_writes == "discard"
+    outs = []
+    for i in range(size):
+        if start is not None:
+            set_rng_states(start)
+        if discard and i:
+            journal.restore()
+        sample = [a.select(d, i) if d is not None else a for a, d in zip(flat, dims)]
+        args = internals.unflatten(sample, spec)
+        with scope.entered(retrying=False, samples=frozenset()):  # a vmap inside retries itself
+            if i == 0 or discard or journal:
+                with InplaceMode(watch=True, journal=journal):
+                    outs.append(func(*args, **c.kwargs))
+            else:
+                outs.append(func(*args, **c.kwargs))
+    LOOP_RUNS[0] += 1
+    _warn_loop(func, size)
+    return internals.stack_outputs(outs, c.out_dims)
+
+
+def _warn_loop(func: Any, size: int) -> None:
+    user = inspect.unwrap(func)  # under vmap(jacrev(f)): f, not torch's wrapper
+    try:
+        if user in _LOOP_WARNED:
+            return
+        _LOOP_WARNED.add(user)
+    except TypeError:  # not weakly referable: warn every time
+        pass
+    warnings.warn(f"funcbwd.vmap ran {getattr(user, '__name__', 'the function')} once per batch "
+                  f"entry ({size} calls): no batched run worked (see the error torch raised for "
+                  "the batched run)", PerSampleLoopWarning, stacklevel=5)
+
+
+#: what is tried, in order, after torch's own vmap raised an error in-place code causes
+STAGES = (
+    Stage("in-place mode", _mode_stage, "fresh tensors promoted when a batched value is written"),
+    Stage("writes on copies", _on_copy_stage, "every write into a fresh tensor on a copy"),
+    Stage("functionalized", _functionalized_stage, "the function as funcbwd.functionalized"),
+    Stage("per-sample loop", _loop_stage, "once per batch entry (slow, exact)"),
+)
+STAGES_BY_NAME = {s.name: s for s in STAGES}
+
+
+def refuse_unknown_policy(state_writes: str) -> None:
+    if state_writes not in scope.STATE_WRITES:
+        raise FuncbwdError(f"state_writes must be one of {', '.join(map(repr, scope.STATE_WRITES))}"
+                           f", got {state_writes!r}")
