@@ -4,9 +4,10 @@
 inplace arithmetic ... is not possible", pytorch#97248), and ``torch.func.functionalize`` alone
 leaves an ``aten.copy`` that has no derivative. The tool:
 
-* :func:`vmap`, a drop-in for ``torch.func.vmap``, and ``with allow_inplace():`` (every vmap in the
-  block, also those inside ``jacfwd``, ``hessian`` and libraries): torch's vmap first; only a call
-  that raised an in-place error is run again by funcbwd (docs/your-code.md);
+* :func:`vmap`, :func:`grad`, :func:`vjp`, :func:`jvp`, :func:`jacrev`, :func:`jacfwd`,
+  :func:`hessian`: drop-ins for torch.func's, and ``with allow_inplace():`` (every torch.func
+  transform in the block, also those libraries call): torch's transform first; only a call that
+  raised an error in-place code causes is run again by funcbwd (docs/contract.md);
 * :func:`functionalized`, a decorator: a function (or ``torch.autograd.Function``) that writes in
   place runs under every transform as a traced, functionalized, checked graph;
 * ``python -m funcbwd doctor MODULE:FUNC --args "..."``: which in-place call breaks which
@@ -29,6 +30,13 @@ from funcbwd.errors import (BadInputError, FuncbwdError, InplaceModeError, NotAp
 _LAZY = {
     "vmap": ("funcbwd.transforms", "vmap"),
     "allow_inplace": ("funcbwd.transforms", "allow_inplace"),
+    "grad": ("funcbwd.transforms", "grad"),
+    "grad_and_value": ("funcbwd.transforms", "grad_and_value"),
+    "vjp": ("funcbwd.transforms", "vjp"),
+    "jvp": ("funcbwd.transforms", "jvp"),
+    "jacrev": ("funcbwd.transforms", "jacrev"),
+    "jacfwd": ("funcbwd.transforms", "jacfwd"),
+    "hessian": ("funcbwd.transforms", "hessian"),
     "functionalized": ("funcbwd.decorator", "functionalized"),
     "inplace_mode": ("funcbwd.functions", "inplace_mode"),
     "FunctionalizeFallbackWarning": ("funcbwd.decorator", "FunctionalizeFallbackWarning"),

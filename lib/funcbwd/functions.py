@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from typing import Any, Callable, Iterator
 
 import torch
@@ -35,7 +36,7 @@ from funcbwd.inplace import InplaceMode
 from funcbwd.journal import Journal, rng_states, set_rng_states
 from funcbwd.replay import Replay
 
-__all__ = ["functions_converted", "setup_context_style", "run_planned", "run_as_written",
+__all__ = ["functions_converted", "rebound", "setup_context_style", "run_planned", "run_as_written",
            "inplace_mode",
            "run_inplace"]
 
@@ -166,11 +167,19 @@ def _where(t: Any, inputs: tuple, outs: tuple, extras: list) -> tuple[str, Any]:
     return ("out", len(outs) + len(extras) - 1)
 
 
+#: per thread: the plan of each converted class's latest forward (its setup_context and apply
+#: read it right after; functorch may call setup_context more than once per forward)
+_LAST = threading.local()
+
+
 @functools.lru_cache(maxsize=None)
 def _converted(cls: type) -> type:
     """``cls`` (old style) as a setup_context-style Function with a generated vmap rule."""
 
     def forward(*args: Any) -> Any:
+        if not hasattr(_LAST, "plans"):
+            _LAST.plans = {}
+
         def run() -> tuple:
             rec = _RecordingCtx(len(args))  # a fresh one if the full mode runs it again
             return rec, cls.forward(rec, *args)
@@ -186,15 +195,13 @@ def _converted(cls: type) -> type:
             "nondiff": [_where(t, args, outs, extras)[1] for t in rec._calls["nondiff"]],
             "materialize": rec._calls["materialize"], "n_out": len(outs), "single": single,
         }
-        slot = scope.current().slot
-        if slot is not None:
-            slot.append(plan)
+        _LAST.plans[cls] = plan  # read by setup_context and apply (the same thread, next)
         if not extras:
             return out
         return (*outs, *(e.detach() for e in extras))
 
     def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-        plan = scope.current().slot[-1]
+        plan = _LAST.plans[cls]
         outs = output if isinstance(output, tuple) else (output,)
 
         def resolve(where: tuple[str, Any]) -> Any:
@@ -225,9 +232,8 @@ def _converted(cls: type) -> type:
 
     def apply(k: type, *args: Any, **kwargs: Any) -> Any:
         """The class's outputs only (the extra outputs carrying saved intermediates dropped)."""
-        with scope.entered(slot=[]) as s:
-            out = super(conv, k).apply(*args, **kwargs)
-            plan = s.slot[-1]
+        out = super(conv, k).apply(*args, **kwargs)
+        plan = _LAST.plans[cls]
         if not isinstance(out, tuple) or plan["single"] and len(out) == 1:
             return out
         outs = out[:plan["n_out"]]
@@ -274,6 +280,17 @@ def _apply_converting(original: Callable[..., Any]) -> Callable[..., Any]:
         return _converted(cls).apply(*args, **kwargs)
 
     return apply
+
+
+def rebound(func: Any) -> Any:
+    """``Cls.apply`` taken before :func:`functions_converted` patched ``Function.apply`` (passed as
+    the function to transform: ``jacrev(Cls.apply)``) as a function that looks ``apply`` up when
+    called; any other function itself."""
+    owner = getattr(func, "__self__", None)
+    if (getattr(func, "__name__", None) == "apply" and isinstance(owner, type)
+            and issubclass(owner, torch.autograd.Function)):
+        return functools.wraps(func)(lambda *a, **k: owner.apply(*a, **k))
+    return func
 
 
 @contextlib.contextmanager

@@ -45,8 +45,10 @@ a promotion; reading a value (``.item()``, ``if t:``) of a batched tensor is imp
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import traceback
+import types
 import weakref
 from typing import Any
 
@@ -59,6 +61,11 @@ from funcbwd.journal import Journal
 from funcbwd.replay import Plan
 
 __all__ = ["InplaceMode", "user_line"]
+
+
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
+_C_FUNCTIONS = (types.BuiltinFunctionType, types.MethodDescriptorType,
+                types.WrapperDescriptorType, types.MethodWrapperType, types.BuiltinMethodType)
 
 
 def _name(func: Any) -> str:
@@ -157,17 +164,22 @@ class InplaceMode(TorchFunctionMode):
         name = _name(func)
         self.names.append(name)
         k = rules.kind(name, kwargs)
-        if k == "ordinary" and not (self.stale or self.selections):
-            out = func(*args, **kwargs)  # the common case: an op that writes nothing
-            self.track(func, name, args, kwargs, out)
-            return out
-        if self.stale and k != "attribute":
-            self.refresh_args(args, kwargs)
-        if self.selections and not self.watch:
-            selected = masks.selected_call(self, func, name, args, kwargs)
-            if selected is not None:
-                return selected
-        return rules.RULES[k](self, func, name, args, kwargs)
+        # every C op this mode runs (the user's, its bookkeeping's) with torch function handling
+        # off: an outer mode (an outer call's watch) never sees what this one does; an op written
+        # in Python may run user code (autograd.grad runs a custom Function's backward,
+        # ``custom_function_call`` its forward) and keeps it on
+        with _NO_TORCH_FUNCTION() if isinstance(func, _C_FUNCTIONS) else contextlib.nullcontext():
+            if k == "ordinary" and not (self.stale or self.selections):
+                out = func(*args, **kwargs)  # the common case: an op that writes nothing
+                self.track(func, name, args, kwargs, out)
+                return out
+            if self.stale and k != "attribute":
+                self.refresh_args(args, kwargs)
+            if self.selections and not self.watch:
+                selected = masks.selected_call(self, func, name, args, kwargs)
+                if selected is not None:
+                    return selected
+            return rules.RULES[k](self, func, name, args, kwargs)
 
     # --- writes ------------------------------------------------------------------------------
     def before_write(self, target: Any, others: list[torch.Tensor]) -> None:

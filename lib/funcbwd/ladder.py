@@ -1,5 +1,6 @@
-"""One vmap call of :func:`funcbwd.vmap` (or any vmap inside :func:`funcbwd.allow_inplace`):
-torch's own vmap first, then the retry stages in order, the caller's state all or nothing.
+"""One transform call of :func:`funcbwd.vmap` (or any vmap, grad, vjp, jvp, jacrev, jacfwd or
+hessian inside :func:`funcbwd.allow_inplace`): torch's own transform first, then the retry stages
+in order, the caller's state all or nothing.
 
 :func:`call` is the whole story:
 
@@ -36,16 +37,33 @@ from funcbwd import internals, scope
 from funcbwd.cache import LRU
 from funcbwd.errors import (FuncbwdError, LoopInstead, NeedsMode, StateWriteError, first_line,
                             fixable)
-from funcbwd.functions import functions_converted
+from funcbwd.functions import functions_converted, rebound
 from funcbwd.inplace import InplaceMode
 from funcbwd.journal import Journal, rng_states, set_rng_states
 from funcbwd.replay import Plan, Replay
 
-__all__ = ["Call", "call", "fixable", "PerSampleLoopWarning", "STAGES", "WORKED"]
+__all__ = ["Call", "TransformCall", "call", "fixable", "PerSampleLoopWarning", "STAGES", "WORKED"]
 
 
 class PerSampleLoopWarning(UserWarning):
     """funcbwd ran a function once per batch entry (slow): nothing batched could run it."""
+
+
+@dataclasses.dataclass
+class TransformCall:
+    """One call of a grad transform's implementation (``grad``, ``vjp``, ``jvp`` and what is built
+    on them: ``jacrev``, ``jacfwd``, ``hessian``) for any function: ``run(f)`` runs it with
+    ``f``. It has no batch: no per-sample loop stage."""
+
+    impl: Callable[[Any], Any]
+    args: tuple
+    kwargs: dict
+    name: str
+    samples: bool = False
+    plan: Plan | None = None
+
+    def run(self, f: Any) -> Any:
+        return self.impl(f)
 
 
 @dataclasses.dataclass
@@ -132,15 +150,17 @@ class Way:
 WORKED = LRU(1024)
 
 
-def _signature(call: Call) -> tuple:
+def _signature(call: "Call | TransformCall") -> tuple:
     flat = internals.leaves((call.args, call.kwargs))
     return tuple((a.shape, a.dtype, internals.is_batched(a)) if isinstance(a, torch.Tensor)
                  else type(a) for a in flat)
 
 
 # ------------------------------------------------------------------------------ one call
-def call(func: Any, c: Call) -> Any:
-    """``c.run(func)`` as the module docstring says."""
+def call(func: Any, c: "Call | TransformCall") -> Any:
+    """``c.run(func)`` as the module docstring says. A call made inside another's (a grad
+    transform inside a vmap, a vmap inside a grad) hands what it wrote to the outer call, which
+    lands it, gives it back or restores it with its own."""
     s = scope.current()
     if s.retrying:
         return c.run(func)
@@ -153,7 +173,9 @@ def call(func: Any, c: Call) -> Any:
         except BaseException:
             journal.restore()
             raise
-    if s.state_writes == "discard":
+    if s.journal is not None:
+        s.journal.absorb(journal)
+    elif s.state_writes == "discard":
         journal.restore()
     else:
         journal.commit()
@@ -177,6 +199,8 @@ def _attempts(func: Any, c: Call, key: tuple, rng: dict, journal: Journal) -> An
     except StateWriteError:
         raise
     except LoopInstead:
+        if not isinstance(c, Call):
+            raise  # a grad transform inside a vmap's entry: the vmap runs its loop
         _start_over(rng, journal)
         return _remembered(key, "per-sample loop", _loop_stage(func, c, journal), c)
     except NeedsMode as e:
@@ -186,13 +210,13 @@ def _attempts(func: Any, c: Call, key: tuple, rng: dict, journal: Journal) -> An
             raise
         plain = e
     failures = []
-    for stage in STAGES:
+    for stage in STAGES if isinstance(c, Call) else STAGES[:-1]:
         _start_over(rng, journal)
         try:
             with scope.entered(retrying=True):
                 out = stage.run(func, c, journal)
         except (StateWriteError, LoopInstead) as e:
-            if isinstance(e, StateWriteError):
+            if isinstance(e, StateWriteError) or not isinstance(c, Call):
                 raise
             _start_over(rng, journal)
             return _remembered(key, "per-sample loop", _loop_stage(func, c, journal), c)
@@ -220,7 +244,7 @@ def _run_way(func: Any, c: Call, way: Way, journal: Journal) -> Any:
         return _plain(func, c, journal, watch=way.writes)
     if way.plan is not None:
         with scope.entered(retrying=True), functions_converted(), Replay(way.plan, journal):
-            return c.run(func)
+            return c.run(rebound(func))
     with scope.entered(retrying=True):
         return STAGES_BY_NAME[way.how].run(func, c, journal)
 
@@ -246,21 +270,21 @@ def _mode_stage(func: Any, c: Call, journal: Journal) -> Any:
     with functions_converted():
         mode = InplaceMode(journal=journal)
         with mode:
-            out = c.run(func)
+            out = c.run(rebound(func))
     c.plan = mode.plan()
     return out
 
 
 def _on_copy_stage(func: Any, c: Call, journal: Journal) -> Any:
     with functions_converted(), InplaceMode(on_copy=True, journal=journal):
-        return c.run(func)
+        return c.run(rebound(func))
 
 
 def _functionalized_stage(func: Any, c: Call, journal: Journal) -> Any:
     from funcbwd.decorator import functionalized
 
     with functions_converted():
-        return c.run(functionalized(func, warn=False))
+        return c.run(functionalized(rebound(func), warn=False))
 
 
 _LOOP_WARNED: "weakref.WeakSet | set" = weakref.WeakSet()

@@ -25,7 +25,7 @@ class Scope:
     mode (:mod:`funcbwd.functions`). ``state_writes``: the caller's policy (:data:`STATE_WRITES`).
     ``journal``: where the current call saves the caller's tensors before writing them.
     ``tracing``: the decorated functions whose graphs are being traced in this context (a nested
-    one runs as written, inside the outer trace). ``slot``: a converted Function's plans.
+    one runs as written, inside the outer trace).
     ``samples``: the vmap levels that batch samples (not the basis vectors ``jacrev``,
     ``jacfwd`` and ``hessian`` vmap over): a tensor lacking one is shared by the samples."""
 
@@ -35,7 +35,6 @@ class Scope:
     state_writes: str = "refuse"
     journal: Any = None
     tracing: frozenset = frozenset()
-    slot: Any = None
     samples: frozenset = frozenset()
 
 

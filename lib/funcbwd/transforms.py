@@ -1,19 +1,21 @@
-"""The tool's public transforms: :func:`vmap`, a drop-in for ``torch.func.vmap``, and
-:func:`allow_inplace`, which makes every vmap in a block behave as it.
+"""The tool's public transforms: drop-ins for torch.func's (:func:`vmap`, :func:`grad`,
+:func:`grad_and_value`, :func:`vjp`, :func:`jvp`, :func:`jacrev`, :func:`jacfwd`, :func:`hessian`)
+and :func:`allow_inplace`, which makes every torch.func transform called in a block behave so.
 
 ::
 
     per_sample = funcbwd.vmap(torch.func.jacrev(f))(xs)     # drop-in for torch.func.vmap
+    J = funcbwd.jacrev(f)(x)                                # drop-in for torch.func.jacrev
 
-    with funcbwd.allow_inplace():                            # every vmap inside: jacfwd, hessian,
-        torch.func.hessian(f)(x)                             # libraries calling torch.func.vmap
+    with funcbwd.allow_inplace():                            # every transform inside, also
+        torch.func.hessian(f)(x)                             # those libraries call
 
-Each call first runs as torch's own vmap (code that works today runs as today); only when that
-raises an error in-place code causes is it run again, stage by stage (:mod:`funcbwd.ladder`).
-The promise: the per-sample loop's answer, or one error naming the cause and the line.
-``state_writes`` says what a call may do with tensors its caller owns that every batch entry
-shares (a module's buffer, a closure): ``"refuse"`` (default), ``"loop"`` or ``"discard"``
-(:mod:`funcbwd.inplace`).
+Each transform call first runs as torch's own (code that works today runs as today); only when
+that raises an error in-place code causes is it run again, stage by stage (:mod:`funcbwd.ladder`).
+The promise: the per-sample loop's answer (without vmap: eager autograd's), or one error naming
+the cause and the line. ``state_writes`` says what a vmap'd call may do with tensors its caller
+owns that every batch entry shares (a module's buffer, a closure): ``"refuse"`` (default),
+``"loop"`` or ``"discard"`` (:mod:`funcbwd.inplace`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ import contextlib
 import functools
 from typing import Any, Callable, Iterator
 
+import torch
+
 from funcbwd import internals, ladder, scope
 
-__all__ = ["vmap", "allow_inplace"]
+__all__ = ["vmap", "allow_inplace", "grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd",
+           "hessian"]
 
 
 def vmap(func: Callable[..., Any], in_dims: Any = 0, out_dims: Any = 0,
@@ -37,13 +42,13 @@ def vmap(func: Callable[..., Any], in_dims: Any = 0, out_dims: Any = 0,
     @functools.wraps(func)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         c = ladder.Call(impl, in_dims, out_dims, randomness, chunk_size, args, kwargs)
-        with scope.entered(state_writes=state_writes):
+        with allow_inplace(state_writes):  # the transforms inside (vmap(grad(f))) too
             return ladder.call(func, c)
 
     return wrapped
 
 
-def _routed(original: Callable[..., Any]) -> Callable[..., Any]:
+def _routed_vmap(original: Callable[..., Any]) -> Callable[..., Any]:
     def vmap_impl(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs):
         c = ladder.Call(original, in_dims, out_dims, randomness, chunk_size, args, kwargs,
                         samples=not internals.torch_transform_internal(func))
@@ -52,10 +57,72 @@ def _routed(original: Callable[..., Any]) -> Callable[..., Any]:
     return vmap_impl
 
 
+def _routed_grad(original: Callable[..., Any], name: str) -> Callable[..., Any]:
+    def impl(func, *args, **kwargs):
+        c = ladder.TransformCall(lambda f: original(f, *args, **kwargs), args, kwargs, name)
+        return ladder.call(func, c)
+
+    return impl
+
+
 @contextlib.contextmanager
 def allow_inplace(state_writes: str = "refuse") -> Iterator[None]:
-    """Every ``torch.func.vmap`` call in the block (also those inside ``jacfwd``, ``hessian`` and
-    libraries) behaves as :func:`funcbwd.vmap` with this ``state_writes``."""
+    """Every torch.func transform called in the block (vmap, grad, vjp, jvp, jacrev, jacfwd,
+    hessian, also those inside libraries) behaves as funcbwd's with this ``state_writes``."""
     ladder.refuse_unknown_policy(state_writes)
-    with internals.vmap_impl_replaced(_routed), scope.entered(state_writes=state_writes):
+    with internals.transforms_routed(_routed_vmap, _routed_grad), \
+            scope.entered(state_writes=state_writes):
         yield
+
+
+def _drop_in(transform: Callable[..., Callable[..., Any]]) -> Callable[..., Callable[..., Any]]:
+    """``transform`` (torch.func's, returning a function) as a drop-in: the function it returns
+    runs inside :func:`allow_inplace` (``state_writes=`` as a keyword of the drop-in)."""
+    @functools.wraps(transform)
+    def drop_in(func: Callable[..., Any], *targs: Any, state_writes: str = "refuse",
+                **tkwargs: Any) -> Callable[..., Any]:
+        ladder.refuse_unknown_policy(state_writes)
+        transformed = transform(func, *targs, **tkwargs)
+
+        @functools.wraps(transformed)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with allow_inplace(state_writes):
+                return transformed(*args, **kwargs)
+
+        return run
+
+    drop_in.__doc__ = (f"``torch.func.{transform.__name__}`` that also runs in-place code "
+                       "(see :mod:`funcbwd.transforms`).")
+    return drop_in
+
+
+grad = _drop_in(torch.func.grad)
+grad_and_value = _drop_in(torch.func.grad_and_value)
+jacrev = _drop_in(torch.func.jacrev)
+jacfwd = _drop_in(torch.func.jacfwd)
+hessian = _drop_in(torch.func.hessian)
+
+
+def vjp(func: Callable[..., Any], *primals: Any, has_aux: bool = False,
+        state_writes: str = "refuse") -> Any:
+    """``torch.func.vjp`` that also runs in-place code: the forward runs inside
+    :func:`allow_inplace`, and so does the returned ``vjp_fn``."""
+    ladder.refuse_unknown_policy(state_writes)
+    with allow_inplace(state_writes):
+        out = torch.func.vjp(func, *primals, has_aux=has_aux)
+    vjp_fn = out[1]
+
+    @functools.wraps(vjp_fn)
+    def run(*cotangents: Any, **kwargs: Any) -> Any:
+        with allow_inplace(state_writes):
+            return vjp_fn(*cotangents, **kwargs)
+
+    return (out[0], run, *out[2:])
+
+
+def jvp(func: Callable[..., Any], primals: Any, tangents: Any, *, strict: bool = False,
+        has_aux: bool = False, state_writes: str = "refuse") -> Any:
+    """``torch.func.jvp`` that also runs in-place code."""
+    ladder.refuse_unknown_policy(state_writes)
+    with allow_inplace(state_writes):
+        return torch.func.jvp(func, primals, tangents, strict=strict, has_aux=has_aux)

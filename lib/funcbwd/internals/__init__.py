@@ -401,6 +401,7 @@ from funcbwd.internals.levels import (  # noqa: E402,F401
     set_rng_states,
     swap_impl,
     torch_transform_internal,
+    transforms_routed,
     vmap_impl_replaced,
     vmap_levels,
     vmap_inputs,

@@ -151,6 +151,27 @@ def dense_alias_of(dense_a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @contextlib.contextmanager
+def transforms_routed(make_vmap, make_grad) -> Iterator[None]:
+    """Route every torch.func transform called in the block: ``vmap`` (``torch.func.vmap``, also
+    inside jacfwd/hessian: ``apis.vmap_impl``) through ``make_vmap(original)``, and the grad
+    transforms' implementations (``grad``/``grad_and_value``: ``grad_and_value_impl``; ``vjp``,
+    ``jacrev``: ``_vjp_with_argnums``; ``jvp``, ``jacfwd``: ``_jvp_with_argnums``) through
+    ``make_grad(original, name)``: each takes the transformed function first."""
+    import torch._functorch.eager_transforms as et
+
+    names = ("grad_and_value_impl", "_vjp_with_argnums", "_jvp_with_argnums")
+    originals = {n: getattr(et, n) for n in names}
+    with vmap_impl_replaced(make_vmap):
+        for n in names:
+            setattr(et, n, make_grad(originals[n], n))
+        try:
+            yield
+        finally:
+            for n in names:
+                setattr(et, n, originals[n])
+
+
+@contextlib.contextmanager
 def vmap_impl_replaced(make) -> Iterator[None]:
     """Route every ``torch.func.vmap`` call (``jacfwd``/``hessian``'s inner vmaps too) through
     ``make(original_vmap_impl)`` while the block runs (torch._functorch.apis.vmap_impl)."""
