@@ -68,7 +68,9 @@ freshly built objects: the second call goes straight to what worked on the first
 right too); and the mode with the opt-in `state_writes="discard"` where the call writes state
 the caller owns (recorded as "opt-in not available" while the tool does not accept it).
 
-The truth: {basis}.
+The truth, and the basis of every count below:
+
+{basis}.
 
 ## The counts
 

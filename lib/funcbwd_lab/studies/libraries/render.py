@@ -19,6 +19,13 @@ SHORT = {"pass": "pass", "fixed": "FIXED", "fixed_opt_in": "opt-in", "refused": 
          "inherited": "torch-wrong", "no_reference": "no-ref", "unknown": "unknown"}
 
 
+def wrap(text: str, indent: str = "") -> str:
+    """Prose fitted to 100 columns (docs and notebook alike)."""
+    import textwrap
+
+    return textwrap.fill(text, 100, subsequent_indent=indent, break_on_hyphens=False)
+
+
 def load(path: Path = DATA) -> dict[str, Any]:
     return json.loads(Path(path).read_text())
 
@@ -83,8 +90,8 @@ def causes_table(data: dict, key: str) -> str:
 def listing(items: list, empty: str = "_none_") -> str:
     if not items:
         return empty
-    return "\n".join(f"- `{c}` {t}: {d}" if d else f"- `{c}` {t}" for c, t, *rest in items
-                     for d in [rest[0] if rest else ""])
+    return "\n".join(wrap(f"- `{c}` {t}: {d}" if d else f"- `{c}` {t}", "  ")
+                     for c, t, *rest in items for d in [rest[0] if rest else ""])
 
 
 def cases_table(data: dict) -> str:
@@ -123,14 +130,14 @@ def bench_block(data: dict) -> str:
 def blocks(data: dict) -> dict[str, str]:
     s = summarize(data)
     return {
-        "headline": headline(data), "verdicts": verdict_table(data),
+        "headline": wrap(headline(data)), "verdicts": verdict_table(data),
         "libraries": library_table(data),
         "plain_causes": causes_table(data, "plain_failing_by_cause"),
         "left": causes_table(data, "left_by_cause"),
         "refused": listing(s["refused"]), "wrong": listing(s["wrong"]),
         "regressions": listing(s["regressions"]), "unknown": listing(s["unknown"]),
-        "cases": cases_table(data), "bench": bench_block(data),
-        "basis": data["basis"], "torch": data["torch"],
+        "cases": cases_table(data), "bench": wrap(bench_block(data)),
+        "basis": wrap(data["basis"]), "torch": data["torch"],
     }
 
 

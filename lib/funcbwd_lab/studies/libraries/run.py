@@ -63,9 +63,10 @@ def metadata() -> dict[str, Any]:
             "discard_opt_in": discard_available(),
             "basis": "each case x transform: a batch of 3 distinct samples (jacrev, jacfwd, "
                      "hessian: the first); truth: a per-sample loop of eager autograd on the same "
-                     "call (fresh objects per run); outputs and the caller's state (a module's "
-                     "buffers) compared within upstream's float32 composition tolerance (1e-4); "
-                     "the mode's arms run twice (a second, fresh call)"}
+                     "call (fresh objects and fresh copies of the arguments per run); outputs and the "
+                     "caller's state (a module's buffers) compared: functions in float64 within "
+                     "1e-6, models in float32 within upstream's composition tolerance (1e-4); the "
+                     "mode's arms run twice (a second, fresh call)"}
 
 
 def load(path: Path) -> dict[str, Any] | None:

@@ -52,8 +52,8 @@ CAUSES = (
     ("leaf Variable that requires grad", "in-place write into a leaf that requires grad"),
     ("requires_grad_()", "torch.autograd API called inside a transform"),
     ("allclose", "no batching rule: aten::allclose"),
-    ("max abs error", "value differs from the loop"),
     ("caller's state", "caller's state differs from the loop's"),
+    ("max abs error", "value differs from the loop"),
 )
 
 
