@@ -63,7 +63,8 @@ def metadata() -> dict[str, Any]:
             "discard_opt_in": discard_available(),
             "basis": "each case x transform: a batch of 3 distinct samples (jacrev, jacfwd, "
                      "hessian: the first); truth: a per-sample loop of eager autograd on the same "
-                     "call (fresh objects and fresh copies of the arguments per run); outputs and the "
+                     "call (fresh objects and fresh copies of the arguments per run); outputs and "
+                     "the "
                      "caller's state (a module's buffers) compared: functions in float64 within "
                      "1e-6, models in float32 within upstream's composition tolerance (1e-4); the "
                      "mode's arms run twice (a second, fresh call)"}

@@ -63,9 +63,11 @@ CASES = [
     audio("convolve", "convolve(x, y)", lambda: F().convolve,
           args=lambda g: (randn(g, 1, 16), randn(g, 1, 5)), batched=(0, 1), group="control"),
     audio("add_noise", "add_noise(waveform, noise, snr)", lambda: F().add_noise,
-          args=lambda g: (randn(g, 1, 16), randn(g, 1, 16), torch.tensor([10.0], dtype=torch.float64)),
+          args=lambda g: (randn(g, 1, 16), randn(g, 1, 16),
+                          torch.tensor([10.0], dtype=torch.float64)),
           batched=(0, 1), group="control"),
     audio("spectral_centroid", "spectral_centroid(waveform, 8000, 0, window, 16, 4, 16)",
-          lambda: lambda x: F().spectral_centroid(x, SR, 0, torch.hann_window(16, dtype=torch.float64), 16, 4, 16),
+          lambda: lambda x: F().spectral_centroid(
+              x, SR, 0, torch.hann_window(16, dtype=torch.float64), 16, 4, 16),
           cite=FI, group="control"),
 ]

@@ -115,7 +115,8 @@ CASES = [
               "mobilenet_v3_small(num_classes=10).train()", MODELS,
               _classifier("mobilenet_v3_small"), _image_target(64), kind="model",
               what="BatchNorm in train mode, in-place hardswish"),
-    module_fn("torchvision.models.squeezenet1_1", L, "squeezenet1_1(num_classes=10, dropout=0.0).train()",
+    module_fn("torchvision.models.squeezenet1_1", L,
+              "squeezenet1_1(num_classes=10, dropout=0.0).train()",
               MODELS, _classifier("squeezenet1_1", dropout=0.0), _image_target(64), kind="model",
               what="ReLU(inplace=True) on fresh activations, no BatchNorm"),
 ]
