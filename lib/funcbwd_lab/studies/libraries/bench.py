@@ -113,6 +113,8 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
             "fixed_mode_over_loop": med([r["mode_s"] / r["loop_s"] for r in fixed]),
             "fixed_worst_over_loop": max((round(r["mode_s"] / r["loop_s"], 2) for r in fixed),
                                          default=None),
+            "fixed_worst_cell": max(((r["mode_s"] / r["loop_s"], f"{r['case']} {r['transform']}")
+                                     for r in fixed), default=(None, None))[1],
             "pass_cells": len(passing),
             "pass_mode_over_plain": med([r["mode_s"] / r["plain_s"] for r in passing]),
             "pass_mode_over_loop": med([r["mode_s"] / r["loop_s"] for r in passing]),
