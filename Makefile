@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup install-torch lab test test-unit test-notebooks test-browser \
-	test-newest lock notebooks nbconvert-execute report clean
+	test-newest lock notebooks nbconvert-execute report clean libraries
 
 # Where torch comes from. On Linux, `torch==X` from PyPI is the CUDA build (~3 GB with its
 # nvidia-* wheels); PyTorch's CPU wheel index has the CPU build (~200 MB), which is all the
@@ -128,6 +128,11 @@ NB ?= notebooks/*.ipynb
 nbconvert-execute: setup
 	JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter_config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
 	$(VENV)/bin/jupyter nbconvert --execute --inplace $(NB)
+
+# The installed-library study's own environment (docs/libraries.md): locks/libraries.txt into
+# build/libraries with pip --target --no-deps (about 30 s), beside the venv, never into it.
+libraries: setup
+	$(PY) -m funcbwd_lab.studies.libraries install
 
 clean:
 	rm -rf $(VENV) $(NEWEST_VENV) test-output

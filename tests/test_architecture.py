@@ -42,6 +42,7 @@ LAYERS = [
     {"studies.bench"},
     {"studies.coverage", "studies.deletable", "studies.findings", "studies.compiled",
      "studies.yourcode", "studies.bad_input"},
+    {"studies.libraries"},
     {"studies.review"},
     {"views"},
     {"cli"},
