@@ -320,7 +320,8 @@ def graph_signature(gm: torch.fx.GraphModule) -> list[tuple]:
     return out
 
 
-def bindings_equivalent(gm: torch.fx.GraphModule, specs: Sequence[TensorSpec]) -> bool:
+def bindings_equivalent(gm: torch.fx.GraphModule, specs: Sequence[TensorSpec],
+                        fake: bool = False) -> bool:
     """Does ``gm`` compiled with public bindings call exactly ``gm``'s ops (overloads, arguments,
     order)? The bindings variant is re-traced on inputs of ``specs`` and its
     :func:`graph_signature` compared with ``gm``'s (re-traced by :func:`funcbwd.fx.tracer.trace`)."""
@@ -329,16 +330,16 @@ def bindings_equivalent(gm: torch.fx.GraphModule, specs: Sequence[TensorSpec]) -
     run = codegen.compile_graph(gm, range(len(specs)), bindings=True)
     try:
         with internals.cleared_functorch_state():
-            traced = tracer.trace(lambda *ts: run(ts), specs)
+            traced = tracer.trace(lambda *ts: run(ts), specs, fake=fake)
     except Exception:  # noqa: BLE001 - a binding that cannot even be traced is not equivalent
         return False
     return graph_signature(traced) == graph_signature(gm)
 
 
 def _runner(gm: torch.fx.GraphModule, args: Sequence[Any], specs: Sequence[TensorSpec], name: str,
-            captured: int = 0) -> tuple[Callable, bool]:
+            captured: int = 0, fake: bool = False) -> tuple[Callable, bool]:
     """The compiled graph as ``run(args + captured)``."""
-    bindings = bindings_equivalent(gm, specs)
+    bindings = bindings_equivalent(gm, specs, fake)
     n = len(args)
     if positional_key(args) is not None:
         positions = tensor_positions(args) + list(range(n, n + captured))
@@ -394,7 +395,8 @@ def _build(formula: Callable[..., Any], args: tuple, name: str, check: bool, opt
         rewrite_select_scatter(elided)  # after the passes, which rebuild writes into fresh zeros
     chosen = elided if result.ok else functionalized
     label = f"{name}{signature_text(args)}{'' if result.ok else ' un-elided'}"
-    run, bindings = _runner(chosen, args, [tensor_spec(t) for t in tensors], label, len(captured))
+    run, bindings = _runner(chosen, args, [tensor_spec(t) for t in tensors], label, len(captured),
+                            trace.get("fake", False))
     for gm in (functionalized, elided):
         tracer.shed_values(gm)  # the trace's tensors: a cached graph keeps only their layouts
     random = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)

@@ -38,6 +38,8 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from funcbwd import internals
+
 aten = torch.ops.aten
 _META = torch.device("meta")
 
@@ -271,7 +273,7 @@ def trace(fn: Callable[..., Any], specs: Sequence[TensorSpec], *, fake: bool = F
     for i, t in enumerate(inputs):
         rec.input(t, f"arg{i}")
     grad = torch.is_grad_enabled() if grad_mode is None else grad_mode
-    with torch.random.fork_rng(devices=[]), torch.set_grad_enabled(grad), rec:
+    with internals.rng_forked(), torch.set_grad_enabled(grad), rec:
         out = fn(*inputs)
     rec.graph.output(pytree.tree_map(rec.node_for, out))
     gm = torch.fx.GraphModule(rec.root, rec.graph)
