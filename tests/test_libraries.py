@@ -101,30 +101,30 @@ def _topk_values(x):
 
 
 #: class -> (program, expected outcome under ``funcbwd.allow_inplace()``, text of the error it
-#: ends with ("" when it answers), why)
+#: ends with ("" when it answers), why[, the state_writes it runs with])
 OWN = {
-    "bn_per_sample_grads": (_bn_per_sample_grads, "fails", "Batch norm got a batched tensor",
-                            "BatchNorm's running statistics under vmap: not retried"),
-    "grad_captured_buffer": (lambda: jacrev(_Running())(torch.randn(4)), "fails",
-                             "would mutate a captured Tensor",
-                             "the mode acts only inside a vmap; jacrev's forward runs outside"),
-    "grad_oldstyle_function": (lambda: jacrev(_OldRelu.apply)(torch.randn(4)), "fails",
-                               "must override the setup_context",
-                               "old-style Functions are converted only inside a vmap"),
+    "bn_per_sample_grads": (_bn_per_sample_grads, "fails", "state_writes",
+                            "BatchNorm's running statistics updated per sample: refused by "
+                            "default (the contract); state_writes='discard' or 'loop' answer"),
+    "bn_per_sample_grads_discard": (_bn_per_sample_grads, "fixed", "",
+                                    "running statistics kept as they were", "discard"),
+    "grad_captured_buffer": (lambda: jacrev(_Running())(torch.randn(4)), "fixed", "",
+                             "a captured buffer written under jacrev: lifted, its value lands"),
+    "grad_oldstyle_function": (lambda: jacrev(_OldRelu.apply)(torch.randn(4)), "fixed", "",
+                               "old-style Functions converted under every transform"),
     "jacrev_saved_overwritten": (lambda: jacrev(_recurrence)(torch.randn(3)), "fails",
                                  "modified by an inplace operation",
-                                 "a bare jacrev; eager autograd refuses it too"),
+                                 "a bare jacrev; eager autograd refuses it too (no reference)"),
     "aten_equal": (lambda: vmap(_equal, in_dims=(0, None))(torch.randn(3, 4), torch.randn(4)),
-                   "fails", "aten::equal", "no batching rule; the mode does not retry it"),
-    "assert_async": (lambda: vmap(_assert_async)(torch.randn(3, 4)), "fails", "_assert_async",
-                     "no batching rule; the mode does not retry it"),
-    "data_write_under_vmap": (lambda: vmap(_data_write)(torch.randn(3, 4)), "fails",
-                              "`data` under vmap", "a write through .data: not retried"),
+                   "fixed", "", "no batching rule: the per-sample loop"),
+    "assert_async": (lambda: vmap(_assert_async)(torch.randn(3, 4)), "fixed", "",
+                     "no batching rule: the per-sample loop"),
+    "data_write_under_vmap": (lambda: vmap(_data_write)(torch.randn(3, 4)), "fixed", "",
+                              "`.data` under vmap is detach() in the mode"),
     "out_into_fresh": (lambda: vmap(_out_into)(torch.randn(3, 4)), "fixed", "",
                        "op(..., out=fresh) runs out of place and is copied in"),
-    "topk_values_then_item": (lambda: vmap(_topk_values)(torch.randn(3, 5)), "fails",
-                              ".item()", "the per-sample stage refuses the write into topk's "
-                              "values (not made in the call); torch's error is re-raised"),
+    "topk_values_then_item": (lambda: vmap(_topk_values)(torch.randn(3, 5)), "fixed", "",
+                              "a per-sample value read: the per-sample loop"),
 }
 
 
@@ -141,10 +141,10 @@ def _outcome(run, within):
 
 @pytest.mark.parametrize("name", sorted(OWN))
 def test_own_program(name):
-    run, expected, text, why = OWN[name]
+    run, expected, text, why, *state = OWN[name]
     plain, _ = _outcome(run, contextlib.nullcontext)
     assert plain == "fails", f"{name}: plain torch.func no longer fails; the class is gone ({why})"
-    got, message = _outcome(run, funcbwd.allow_inplace)
+    got, message = _outcome(run, lambda: funcbwd.allow_inplace(*state))
     if expected == "fails" and got == "fixed":
         pytest.fail(f"unexpected success: {name} now works under allow_inplace ({why}); "
                     "update OWN and re-run the study")
@@ -163,20 +163,20 @@ def test_own_fixed_program_equals_the_loop():
 #: (case, transform) -> (expected verdict, why): the classes above met in the installed libraries
 LIBRARY = {
     ("timm.create_model('resnet10t')", "per_sample_grad"): (
-        "fails", "BatchNorm per-sample gradients: running statistics under vmap"),
+        "refused", "BatchNorm's running statistics per sample: refused by default"),
     ("pyro.distributions.TransformedDistribution(BatchNorm).log_prob", "jacrev"): (
-        "fails", "its inverse writes the moving averages: a captured tensor under jacrev"),
+        "fixed", "its inverse writes the moving averages: lifted under jacrev, the value lands"),
     ("pyro.distributions.TransformedDistribution(BatchNorm).log_prob", "vmap"): (
-        "wrong", "the buffer is borrowed and restored: outputs right, state not the loop's"),
-    ("nflows.transforms.BatchNorm", "jacrev"): ("fails", "a captured buffer under jacrev"),
-    ("timm.layers.EvoNorm2dB0", "jacrev"): ("fails", "a captured buffer under jacrev"),
+        "refused", "the moving averages written per sample: refused by default"),
+    ("nflows.transforms.BatchNorm", "jacrev"): ("fixed", "a captured buffer under jacrev"),
+    ("timm.layers.EvoNorm2dB0", "jacrev"): ("fixed", "a captured buffer under jacrev"),
     ("e3nn.math.soft_one_hot_linspace(cutoff=True)", "jacrev"): (
-        "fails", "soft_unit_step is an old-style Function; no vmap around it"),
-    ("torchdiffeq.odeint(dopri5)", "jacrev"): ("fails", "old-style Function, no vmap"),
-    ("torchdiffeq.odeint(dopri5)", "vmap_jacrev"): ("fails", "adaptive solver under vmap(jacrev)"),
-    ("gpytorch.kernels.RBFKernel", "vmap_vjp"): ("fails", "aten::equal has no batching rule"),
-    ("kornia.enhance.equalize_clahe", "vmap"): ("fails", "aten::_assert_async.msg, no rule"),
-    ("pyro.ops.tensor_utils.safe_normalize", "vmap"): ("fails", ".data under vmap"),
+        "fixed", "soft_unit_step is an old-style Function: converted under jacrev"),
+    ("torchdiffeq.odeint(dopri5)", "jacrev"): ("fixed", "old-style Function, converted"),
+    ("torchdiffeq.odeint(dopri5)", "vmap_jacrev"): ("fixed", "adaptive solver under vmap(jacrev)"),
+    ("gpytorch.kernels.RBFKernel", "vmap_vjp"): ("fixed", "aten::equal: the per-sample loop"),
+    ("kornia.enhance.equalize_clahe", "vmap"): ("fixed", "aten::_assert_async.msg: the loop"),
+    ("pyro.ops.tensor_utils.safe_normalize", "vmap"): ("fixed", ".data under vmap: detach()"),
     ("roma.euler_to_rotmat", "vmap_jacrev"): ("fixed", "in-place writes into fresh tensors"),
     ("einops.rearrange", "vmap_jacrev"): ("pass", "a control: no in-place write"),
 }
@@ -203,9 +203,11 @@ def test_library_call(key):
 
 
 # ------------------------------------------------------------------------------ the machinery
-def test_harness_counts_a_state_difference_as_wrong():
-    """A module that writes a per-sample value into its buffer: under vmap the mode borrows the
-    buffer and gives it back, outputs right; the loop updates it per sample: wrong (state)."""
+def test_harness_counts_a_state_difference_as_wrong(monkeypatch):
+    """A module that writes a per-sample value into its buffer: the mode refuses it by default
+    (the contract); mutation: a mode that gives the buffer back as it was (the old borrow, no
+    refusal) answers outputs right, state not the loop's: counted as wrong (state)."""
+    from funcbwd import scope
     from funcbwd_lab.studies.libraries.harness import run_cell
 
     def build():
@@ -213,6 +215,16 @@ def test_harness_counts_a_state_difference_as_wrong():
         return Built(m, m)
     case = LibCase("own", "none", "m(x)", "here", build,
                    lambda g: (torch.randn(4, generator=g, dtype=torch.float64),))
+    v, detail = verdict(run_cell(case, "vmap", ("plain", "mode")))
+    assert v == "refused", detail
+    real = scope.entered
+
+    def always_discard(**changes):
+        if "state_writes" in changes:
+            changes["state_writes"] = "discard"
+        return real(**changes)
+
+    monkeypatch.setattr(scope, "entered", always_discard)
     v, detail = verdict(run_cell(case, "vmap", ("plain", "mode")))
     assert (v, cause(detail)) == ("wrong", "caller's state differs from the loop's"), detail
 

@@ -173,7 +173,7 @@ _FIXABLE = {
     "running_mean or running_var, which will be updated in place": "batch_norm's running stats",
     "Cannot access data pointer": "a per-sample value read in C++",
     "_assert_async": "an assertion on a per-sample value",
-    "does not support .data": "`.data` under vmap",
+    "accessing `data` under vmap transform is not allowed": "`.data` under vmap",
     "ambiguous": "a branch on a per-sample value",
 }
 
