@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import time
 import warnings
 import weakref
 from typing import Any, Callable
@@ -139,11 +140,15 @@ def identity(func: Any) -> tuple:
 @dataclasses.dataclass(frozen=True)
 class Way:
     """What worked: ``"plain"`` (torch's vmap; ``writes``: it saved caller tensors on its first
-    call, so later calls run watched too) or a stage's name (and its plan, if it has one)."""
+    call, so later calls run watched too) or a stage's name (and its plan, if it has one).
+    ``graph``: a traced graph of the function (:func:`funcbwd.functionalized`) found on a later
+    call to give the same answer faster than the stage (:func:`_captured`); ``tried``: looked for."""
 
     how: str
     plan: Plan | None = None
     writes: bool = False
+    graph: Any = None
+    tried: bool = False
 
 
 #: (function identity, argument signature, state policy) -> the Way that worked
@@ -186,7 +191,7 @@ def _attempts(func: Any, c: Call, key: tuple, rng: dict, journal: Journal) -> An
     way = WORKED.get(key)
     if way is not None:
         try:
-            return _run_way(func, c, way, journal)
+            return _run_way(func, c, way, journal, key)
         except StateWriteError:
             raise
         except Exception:  # noqa: BLE001 - start over: plain, then every stage
@@ -239,14 +244,71 @@ def _remembered(key: tuple, how: str, out: Any, c: Call) -> Any:
     return out
 
 
-def _run_way(func: Any, c: Call, way: Way, journal: Journal) -> Any:
+def _run_way(func: Any, c: Call, way: Way, journal: Journal, key: tuple) -> Any:
     if way.how == "plain":
         return _plain(func, c, journal, watch=way.writes)
+    if way.graph is not None:
+        with scope.entered(retrying=True), functions_converted():
+            return c.run(way.graph)
+    start = time.perf_counter()
     if way.plan is not None:
         with scope.entered(retrying=True), functions_converted(), Replay(way.plan, journal):
-            return c.run(rebound(func))
-    with scope.entered(retrying=True):
-        return STAGES_BY_NAME[way.how].run(func, c, journal)
+            out = c.run(rebound(func))
+    else:
+        with scope.entered(retrying=True):
+            out = STAGES_BY_NAME[way.how].run(func, c, journal)
+    if not way.tried and way.how in _CAPTURABLE:
+        WORKED.put(key, _captured(func, c, way, out, time.perf_counter() - start))
+    return out
+
+
+#: stages whose answer a traced graph may stand for (the loop's answer carries the caller's
+#: state from entry to entry: no graph does that)
+_CAPTURABLE = ("in-place mode", "writes on copies")
+
+
+def _captured(func: Any, c: Call, way: Way, want: Any, seconds: float) -> Way:
+    """On the second call of a signature a stage ran: the function's traced graph
+    (:func:`funcbwd.functionalized`, checked against the code as written by its own build), run
+    on the same arguments. Kept when it runs in at most 0.9x the stage's time (a warm run each)
+    and, where the call is outside every transform (its answer is plain tensors), gives this
+    call's answer (equal within the graph's reordering of float sums). What the graph's runs
+    write of the caller's and draw from its generators is put back."""
+    from funcbwd.decorator import functionalized
+
+    graph = functionalized(rebound(func), warn=False)
+    rng, journal = rng_states(), Journal()
+    try:
+        with scope.entered(retrying=True, journal=journal), functions_converted():
+            got = c.run(graph)  # traces
+            start = time.perf_counter()
+            c.run(graph)
+            graph_s = time.perf_counter() - start
+        same = internals.stack_depth() or _same_answer(want, got)
+    except Exception:  # noqa: BLE001 - no graph stands for it: keep the stage
+        same = False
+    finally:
+        journal.restore()
+        set_rng_states(rng)
+    if not same or graph_s > 0.9 * seconds:
+        return dataclasses.replace(way, tried=True)
+    return dataclasses.replace(way, graph=graph, tried=True)
+
+
+def _same_answer(want: Any, got: Any) -> bool:
+    a, b = internals.leaves(want), internals.leaves(got)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if not isinstance(x, torch.Tensor):
+            if x != y:
+                return False
+        elif x.shape != y.shape or x.dtype != y.dtype or not torch.allclose(
+                x, y, rtol=1e-5, atol=1e-6, equal_nan=True):
+            return False
+    return True
 
 
 def _plain(func: Any, c: Call, journal: Journal, watch: bool) -> Any:

@@ -129,6 +129,14 @@ def diagnose(fn: Callable[..., Any], args: tuple, transforms: list[str],
     return rows
 
 
+#: what torch says when a custom autograd.Function, not an in-place call, is what breaks
+_FUNCTION_TROUBLE = ("setup_context", "does not have vmap support", "custom_function_call")
+
+
+def _function_trouble(detail: str) -> bool:
+    return any(m in detail for m in _FUNCTION_TROUBLE)
+
+
 def recommendation(rows: list[Row]) -> tuple[str, bool]:
     """(the verdict line, whether every requested transform works with a funcbwd tool)."""
     failing = [r for r in rows if not r.plain.ok]
@@ -170,7 +178,14 @@ def render(target: str, rows: list[Row], diff: str) -> str:
                      f"{r.wrapped.status}")
         if not r.plain.ok:
             lines += wrap(f"plain: {r.plain.detail}")
-            if r.culprit:
+            if r.culprit and _function_trouble(r.plain.detail):
+                lines += wrap(f"a custom autograd.Function called at {r.culprit} has no vmap "
+                              "support as written: decorate the class with "
+                              "@funcbwd.functionalized (its backward then runs as a checked "
+                              "graph), give it generate_vmap_rule = True, or run the transform "
+                              "under funcbwd.vmap / allow_inplace (they convert it)")
+                lines.append("      " + r.culprit_code[:WIDTH - 6])
+            elif r.culprit:
                 lines += wrap(f"first in-place call that broke: {r.culprit}")
                 code = r.culprit_code
                 lines.append("      " + (code if len(code) <= WIDTH - 6 else code[:WIDTH - 9] + "..."))
