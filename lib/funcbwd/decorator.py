@@ -200,8 +200,7 @@ class Functionalizer:
         from funcbwd.functions import functions_converted, run_as_written
         from funcbwd.masks import tensors
 
-        s = scope.current()  # under torch's own vmap: the levels that batch the arguments
-        samples = s.samples or internals.primal_vmap_levels(tensors(args))
+        samples = scope.samples_now(tensors(args))
         with scope.entered(samples=samples), functions_converted():
             return run_as_written((self, key), lambda: formula(*args), args)
 

@@ -174,6 +174,8 @@ _FIXABLE = {
     "Cannot access data pointer": "a per-sample value read in C++",
     "_assert_async": "an assertion on a per-sample value",
     "accessing `data` under vmap transform is not allowed": "`.data` under vmap",
+    "attempting to call Tensor.requires_grad_()": "torch.autograd inside the call: per sample",
+    "vmap over torch.allclose isn't supported": "a per-sample comparison: per sample",
     "ambiguous": "a branch on a per-sample value",
 }
 

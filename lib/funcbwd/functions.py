@@ -208,7 +208,9 @@ def _converted(cls: type) -> type:
             kind, i = where
             return i if kind == "value" else inputs[i] if kind == "in" else outs[i]
 
-        ctx.save_for_backward(*(resolve(w) for w in plan["saved"]))
+        saved = tuple(resolve(w) for w in plan["saved"])
+        ctx.save_for_backward(*saved)
+        ctx.save_for_forward(*saved)  # the forward-mode rule built from backward reads them too
         for k, w in plan["attrs"].items():
             setattr(ctx, k, resolve(w))
         if plan["dirty"]:
@@ -219,6 +221,7 @@ def _converted(cls: type) -> type:
         if plan["materialize"] is not None:
             ctx.set_materialize_grads(plan["materialize"])
         ctx.funcbwd_n_out = plan["n_out"]
+        ctx._funcbwd_outputs = outs  # the layouts a forward-mode rule's cotangents take
 
     def backward(ctx: Any, *grads: Any) -> Any:
         grads = grads[:ctx.funcbwd_n_out]
@@ -228,19 +231,21 @@ def _converted(cls: type) -> type:
         "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
         "backward": staticmethod(backward), "generate_vmap_rule": True, "_funcbwd_wrapped": True,
         "__qualname__": f"{cls.__qualname__} (setup_context style)", "__module__": cls.__module__,
+        "jvp": staticmethod(_jvp_from(backward, lambda ctx: ctx.funcbwd_n_out)),
     })
 
-    def apply(k: type, *args: Any, **kwargs: Any) -> Any:
-        """The class's outputs only (the extra outputs carrying saved intermediates dropped)."""
-        out = super(conv, k).apply(*args, **kwargs)
-        plan = _LAST.plans[cls]
-        if not isinstance(out, tuple) or plan["single"] and len(out) == 1:
-            return out
-        outs = out[:plan["n_out"]]
-        return outs[0] if plan["single"] else outs
-
-    conv.apply = classmethod(apply)
     return conv
+
+
+def _user_outputs(cls: type, out: Any) -> Any:
+    """What ``cls.apply`` returns to its caller: the class's own outputs, without the extra
+    outputs that carry its saved intermediates (torch's transforms see those: their
+    setup_context saves them)."""
+    plan = _LAST.plans[cls]
+    if not isinstance(out, tuple) or plan["single"] and len(out) == 1:
+        return out
+    outs = out[:plan["n_out"]]
+    return outs[0] if plan["single"] else outs
 
 
 def setup_context_style(cls: type) -> type:
@@ -264,7 +269,35 @@ def _backward_under_mode(cls: type) -> type:
              "_funcbwd_wrapped": True}
     if not internals.function_has_vmap_support(cls):
         attrs["generate_vmap_rule"] = True
+    if not internals.function_defines_jvp(cls):
+        attrs["jvp"] = staticmethod(_jvp_from(backward, None))
     return type(cls.__name__, (cls,), attrs)
+
+
+def _jvp_from(backward: Callable[..., Any], n_out: Callable[[Any], int] | None):
+    """A forward-mode rule for a Function that has only ``backward``: ``backward(ctx, *g)`` is
+    linear in the cotangents ``g`` (it computes ``J^T g``), so the vjp of it with respect to
+    ``g``, taken at ``g = 0`` with the input tangents as cotangents, is ``J t`` (the Function's
+    backward must itself be differentiable, as for a double backward)."""
+
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        outs = ctx._funcbwd_outputs
+        zeros = tuple(torch.zeros_like(o) for o in outs[:n_out(ctx)] if n_out) if n_out \
+            else tuple(torch.zeros_like(o) for o in outs)
+        keep = [i for i, t in enumerate(tangents) if isinstance(t, torch.Tensor)]
+
+        def grads_of(*g: Any) -> tuple:
+            got = backward(ctx, *g)
+            got = got if isinstance(got, tuple) else (got,)
+            return tuple(got[i] if got[i] is not None else torch.zeros_like(tangents[i])
+                         for i in keep)
+
+        _, pull = torch.func.vjp(grads_of, *zeros)
+        jt = tuple(pull(tuple(tangents[i] for i in keep)))
+        jt += (None,) * (len(outs) - len(jt))  # the extra outputs (saved intermediates): none
+        return jt[0] if len(jt) == 1 else jt
+
+    return jvp
 
 
 def _apply_converting(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -277,7 +310,7 @@ def _apply_converting(original: Callable[..., Any]) -> Callable[..., Any]:
             mode.promote_arguments(args)
         if not internals.function_is_old_style(cls):
             return original(_backward_under_mode(cls), *args, **kwargs)
-        return _converted(cls).apply(*args, **kwargs)
+        return _user_outputs(cls, _converted(cls).apply(*args, **kwargs))
 
     return apply
 

@@ -71,7 +71,11 @@ class Journal:
         self._lifted.clear()
         with internals.cleared_functorch_state(), torch.no_grad():  # below every transform
             for t, old in self._saved.values():
-                internals.dense(t).copy_(old)
+                now = internals.dense(t)
+                if now.shape == old.shape:
+                    now.copy_(old)
+                # else: an enclosing call's mode promoted it since (a tensor made in that
+                # call, not the caller's): its contents go with that call's failed attempt
         self._saved.clear()
 
     def commit(self) -> None:

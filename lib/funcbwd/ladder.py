@@ -84,8 +84,7 @@ class Call:
     plan: Plan | None = None  # what the in-place mode stage did, if a replay can redo it
 
     def run(self, f: Any) -> Any:
-        if self.samples:
-            f = scope.over_samples(f)
+        f = scope.over_samples(f, basis=not self.samples)
         return self.impl(f, self.in_dims, self.out_dims, self.randomness, self.chunk_size,
                          *self.args, **self.kwargs)
 

@@ -27,7 +27,8 @@ class Scope:
     ``tracing``: the decorated functions whose graphs are being traced in this context (a nested
     one runs as written, inside the outer trace).
     ``samples``: the vmap levels that batch samples (not the basis vectors ``jacrev``,
-    ``jacfwd`` and ``hessian`` vmap over): a tensor lacking one is shared by the samples."""
+    ``jacfwd`` and ``hessian`` vmap over): a tensor lacking one is shared by the samples.
+    ``basis``: the vmap levels known to batch basis vectors."""
 
     retrying: bool = False
     mode: Any = None
@@ -36,6 +37,7 @@ class Scope:
     journal: Any = None
     tracing: frozenset = frozenset()
     samples: frozenset = frozenset()
+    basis: frozenset = frozenset()
 
 
 _SCOPE: contextvars.ContextVar[Scope] = contextvars.ContextVar("funcbwd_scope", default=Scope())
@@ -57,17 +59,35 @@ def entered(**changes: Any) -> Iterator[Scope]:
         _SCOPE.reset(token)
 
 
-def over_samples(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``f`` with the vmap level it runs under counted among the scope's sample levels."""
+def over_samples(f: Callable[..., Any], basis: bool = False) -> Callable[..., Any]:
+    """``f`` with the vmap level it runs under counted among the scope's sample levels (or,
+    ``basis``, among the levels of basis vectors)."""
     from funcbwd import internals
 
     @functools.wraps(f)
     def sampled(*args: Any, **kwargs: Any) -> Any:
         level = internals.innermost_vmap_level()
-        with entered(samples=_SCOPE.get().samples | {level}):
+        s = _SCOPE.get()
+        changes = {"basis": s.basis | {level}} if basis else {"samples": s.samples | {level}}
+        with entered(**changes):
             return f(*args, **kwargs)
 
     return sampled
+
+
+def samples_now(tensors: Any = ()) -> frozenset:
+    """The vmap levels on the stack that batch samples: those funcbwd saw made for samples, or,
+    where it saw none made, every level not known to batch basis vectors (and, where it saw no
+    vmap made at all, the levels that batch ``tensors``' values)."""
+    from funcbwd import internals
+
+    s = _SCOPE.get()
+    if s.samples:
+        return s.samples
+    levels = internals.all_vmap_levels()
+    if s.basis:
+        return levels - s.basis
+    return internals.primal_vmap_levels(tensors) if tensors else levels
 
 
 def sampling(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -76,8 +96,7 @@ def sampling(original: Callable[..., Any]) -> Callable[..., Any]:
     from funcbwd import internals
 
     def vmap_impl(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs):
-        if not internals.torch_transform_internal(func):
-            func = over_samples(func)
+        func = over_samples(func, basis=internals.torch_transform_internal(func))
         return original(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs)
 
     return vmap_impl

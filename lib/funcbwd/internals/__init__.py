@@ -389,6 +389,7 @@ from funcbwd.internals.levels import (  # noqa: E402,F401
     dense_alias_of,
     is_view,
     function_apply_replaced,
+    function_defines_jvp,
     function_has_vmap_support,
     function_is_old_style,
     grad_levels,

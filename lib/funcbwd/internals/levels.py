@@ -204,6 +204,11 @@ def function_has_vmap_support(cls: type) -> bool:
         getattr(cls, "vmap", None) is not getattr(torch.autograd.Function, "vmap", None))
 
 
+def function_defines_jvp(cls: type) -> bool:
+    """True for a Function with a forward-mode rule of its own (``jvp``)."""
+    return getattr(cls, "jvp", None) is not getattr(torch.autograd.Function, "jvp", None)
+
+
 def function_is_old_style(cls: type) -> bool:
     """True for a ``torch.autograd.Function`` whose ``forward`` takes ``ctx`` (no
     ``setup_context``): torch.func transforms refuse it."""

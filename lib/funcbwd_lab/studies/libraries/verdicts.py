@@ -86,7 +86,8 @@ def verdict(cell: dict) -> tuple[str, str]:
         return "regression", mode.get("message", "")
     if mode is not None and mode.get("status") == "ok":
         return "fixed", ""
-    if discard is not None and discard.get("status") == "ok":
+    if discard is not None and (discard.get("status") == "ok" or (
+            discard.get("status") == "state" and discard.get("state_as_before"))):
         return "fixed_opt_in", "state kept as it was; the loop's differs"
     if mode is not None and mode.get("status") == "state":
         return "wrong", mode.get("message", "")
@@ -108,8 +109,15 @@ def rows(data: dict) -> list[dict[str, Any]]:
                             "detail": f"{r['unknown']}: {r.get('message', '')[:120]}",
                             "plain_cause": None, "mode_cause": None})
             continue
+        # torch's own transform already differs from the loop on this case (a plain cell is
+        # wrong): where the mode's answer is wrong too, it is torch's, passed through
+        torch_wrong = [t for t, c in r["cells"].items() if (c.get("plain") or {}).get("status")
+                       == "wrong"]
         for t, cell in r["cells"].items():
             v, detail = verdict(cell)
+            if v == "wrong" and torch_wrong and (cell.get("mode") or {}).get("status") == "wrong":
+                v, detail = "inherited", (f"torch's own {', '.join(torch_wrong)} already differs "
+                                          f"from the loop on this case: {detail}")
             plain, mode = cell.get("plain") or {}, cell.get("mode") or {}
             out.append({"case": r["case"], "library": info.get("library"),
                         "group": info.get("group"), "transform": t, "verdict": v,
