@@ -102,8 +102,8 @@ test-browser: setup
 # commands. The date and result of the last run are in docs/setup.md#the-newest-versions.
 NEWEST_VENV ?= .venv-newest
 NEWEST_PIP_ARGS ?=
-TOOL_TESTS := tests/test_tool_function.py tests/test_tool_functionalized.py tests/test_doctor.py \
-	tests/test_inplace_mode.py tests/test_traced.py tests/test_light_install.py
+TOOL_TESTS := $(wildcard tests/test_tool_*.py) tests/test_doctor.py tests/test_inplace_mode.py \
+	tests/test_light_install.py
 NEWEST_TESTS ?= tests notebooks $(NBVAL)
 test-newest:
 	@echo "test-newest: a venv with the newest versions the ranges allow (a few minutes, more if"

@@ -168,3 +168,14 @@ def test_the_runner_resumes_and_writes_where_told(tmp_path):
     assert kept == first["cells"]  # the plain cells were kept, not re-run
     assert corpus_run.DEFAULT_OUT.parts[0] == "out"  # the default never touches data/
 
+
+
+def test_first_call_block_is_rendered_from_the_saved_run_and_says_missed_when_missed():
+    from funcbwd_lab.studies.yourcode import first_call
+
+    data = json.loads((ROOT / "data" / "decorator-first-call.json").read_text())
+    assert readme.block((ROOT / readme.HOMES["first-call"]).read_text(), "first-call",
+                        where=readme.HOMES["first-call"]) == first_call.markdown(data)
+    slow = json.loads(json.dumps(data))  # mutation: the large first call 3x the small one
+    slow.update(met=False, ratio={"cpu": 3.0, "wall": 3.0})
+    assert "**missed**" in first_call.markdown(slow) and "**3.00x**" in first_call.markdown(slow)

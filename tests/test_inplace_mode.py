@@ -319,6 +319,56 @@ def test_a_write_through_data_of_a_callers_tensor_is_never_wrong():
     assert buf.tolist() == [0.0, 0.0, 0.0]
 
 
+_DATA_ASSIGNED = """
+import torch, funcbwd
+from torch.func import jacrev
+p = torch.nn.Parameter(torch.zeros(3))
+def f(x):  # nflows' ActNorm: initialize from the first batch through .data
+    p.data = torch.log(1.0 / x.std(0))
+    return torch.exp(p) * x
+for call in (lambda: funcbwd.jacrev(f)(torch.randn(4, 3)),
+             lambda: funcbwd.vmap(f)(torch.randn(2, 4, 3))):
+    try:
+        call()
+    except funcbwd.errors.FuncbwdError as e:
+        print(type(e).__name__, str(e).split(":")[0])
+print(p.tolist())
+"""
+
+
+def test_a_data_assignment_of_a_tracked_value_is_refused_not_a_crash():
+    """``p.data = v`` with ``v`` a transform's value crashes plain torch 2.13 (segmentation fault;
+    a child process, so a regression fails this test instead of killing the run)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _DATA_ASSIGNED], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    assert lines[0] == "InplaceModeError a .data assignment of a value a transform tracks " \
+                       "into a tensor the caller owns (shape (3,), at <string>", lines
+    assert lines[1].startswith("StateWriteError a .data assignment"), lines
+    assert lines[2] == "[0.0, 0.0, 0.0]"  # nothing landed
+
+
+def test_a_data_assignment_under_the_loop_policy_is_the_per_sample_loop():
+    p = torch.nn.Parameter(torch.zeros(3))
+
+    def f(x):
+        p.data = torch.log(1.0 / x.std(0))
+        return torch.exp(p) * x
+
+    xs = torch.randn(2, 4, 3)
+    with pytest.warns(PerSampleLoopWarning):
+        got = funcbwd.vmap(f, state_writes="loop")(xs)
+    mine = p.detach().clone()
+    p.data.zero_()
+    want = torch.stack([f(x) for x in xs])
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(mine, p.detach())
+
+
 def test_an_unbatched_input_written_is_the_callers_state_too():
     def f(x, y):
         y.add_(1)  # y is the caller's (in_dims None): a loop would add once per entry
@@ -609,3 +659,33 @@ def test_mutation_a_functions_plan_that_promotes_nothing_runs_the_full_mode(monk
     got = funcbwd.vmap(_vjp_of_writes)(xs, cts)  # each replay fails; the full mode runs it
     torch.testing.assert_close(got, _want_writes(xs, cts))
     assert full  # so the replay test above can fail
+
+
+def test_a_function_that_writes_its_argument_is_right_on_every_call():
+    """torchaudio's ``dcshift`` writes its input through masks and returns it: the second call
+    (when the ladder tries the traced graph) once ran the graph on the caller's argument and
+    shifted it again (0.5 off, silently)."""
+    def shift(w):
+        mask = w > 0.5
+        w[mask] = (w[mask] * 0.1).clamp(max=0.5)
+        w[~mask] = (w[~mask] + 0.5).clamp(min=-1, max=1)
+        return w
+
+    from funcbwd import ladder
+
+    ladder.WORKED.clear()  # what the same code learned earlier (another test) is not reused
+    xs = inputs(3)
+    want = torch.stack([shift(x.clone()) for x in xs])
+    for _ in range(3):
+        mine = xs.clone()
+        got = funcbwd.vmap(shift)(mine)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(mine, want)  # the argument written as the loop writes it
+
+
+def test_mutation_the_graph_check_writing_the_argument_is_caught(monkeypatch):
+    from funcbwd import ladder
+
+    monkeypatch.setattr(ladder._Arguments, "restore", lambda self: False)
+    with pytest.raises(AssertionError):
+        test_a_function_that_writes_its_argument_is_right_on_every_call()

@@ -23,6 +23,7 @@ from funcbwd_lab.studies.matrix import matrix
 from funcbwd_lab.studies.matrix import records
 from funcbwd_lab.views import corpus, readme
 from funcbwd_lab.studies.deletable import render as live
+from funcbwd_lab.studies.yourcode import first_call
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -55,6 +56,8 @@ RENDERERS = {
         json.loads((DATA / "yourcode-cost.json").read_text())),
     "corpus-cost": lambda i: corpus.cost_markdown(
         json.loads((DATA / "yourcode-cost.json").read_text())),
+    "first-call": lambda i: first_call.markdown(
+        json.loads((DATA / "decorator-first-call.json").read_text())),
 }
 
 

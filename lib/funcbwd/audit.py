@@ -12,6 +12,7 @@ it can and refuses where it cannot:
 * a write under ``no_grad`` into a tensor that carries gradient (one computed from an input or a
   captured tensor while grad was enabled), a write into a detached alias of such a tensor, and
   ``detach_()`` of one are refused (:class:`TraceRefused`);
+* assigning ``.data`` of a tensor the call did not make (the caller's) is refused;
 * reading ``requires_grad``, ``grad_fn``, ``is_leaf`` or ``grad`` is refused: the trace runs on
   tensors that carry no gradient, so a branch on it would be fixed at trace time.
 
@@ -78,6 +79,10 @@ class Audit(TorchFunctionMode):
             if attr == "data" and self._carries(args[0]):
                 self.detached.add(out)
             return out
+        if (name == "__set__" and func.__self__ is torch.Tensor.data and args
+                and args[0] not in self.made):
+            raise TraceRefused("it assigns .data of a tensor it did not make (a graph cannot "
+                               "hold a new value in the caller's tensor)")
         k = rules.kind(name, kwargs)
         if k in ("write", "setitem", "out") or name == "detach_":
             target = kwargs["out"] if k == "out" else (args[0] if args else None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import textwrap
+import traceback
 from typing import Iterable, Mapping, Sequence
 
 
@@ -187,3 +188,11 @@ def fixable(error: BaseException) -> bool:
         return True
     text = str(error)
     return isinstance(error, RuntimeError) and any(m in text for m in _FIXABLE)
+
+
+def user_line() -> str:
+    """The innermost frame of the user's code (not torch's, not funcbwd's): ``file:line``."""
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        if "/torch/" not in frame.filename and "/funcbwd/" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno}"
+    return "?"

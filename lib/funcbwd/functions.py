@@ -31,7 +31,7 @@ import torch
 
 from funcbwd import internals, scope
 from funcbwd.cache import LRU
-from funcbwd.errors import LoopInstead, NeedsMode, StateWriteError, fixable
+from funcbwd.errors import FuncbwdError, LoopInstead, NeedsMode, StateWriteError, fixable
 from funcbwd.inplace import InplaceMode
 from funcbwd.journal import Journal, rng_states, set_rng_states
 from funcbwd.replay import Replay
@@ -231,7 +231,7 @@ def _converted(cls: type) -> type:
         "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
         "backward": staticmethod(backward), "generate_vmap_rule": True, "_funcbwd_wrapped": True,
         "__qualname__": f"{cls.__qualname__} (setup_context style)", "__module__": cls.__module__,
-        "jvp": staticmethod(_jvp_from(backward, lambda ctx: ctx.funcbwd_n_out)),
+        "jvp": staticmethod(_jvp_from(backward, lambda ctx: ctx.funcbwd_n_out, cls)),
     })
 
     return conv
@@ -270,25 +270,47 @@ def _backward_under_mode(cls: type) -> type:
     if not internals.function_has_vmap_support(cls):
         attrs["generate_vmap_rule"] = True
     if not internals.function_defines_jvp(cls):
-        attrs["jvp"] = staticmethod(_jvp_from(backward, None))
+        attrs["jvp"] = staticmethod(_jvp_from(backward, None, cls))
     return type(cls.__name__, (cls,), attrs)
 
 
-def _jvp_from(backward: Callable[..., Any], n_out: Callable[[Any], int] | None):
+def _jvp_from(backward: Callable[..., Any], n_out: Callable[[Any], int] | None, cls: type):
     """A forward-mode rule for a Function that has only ``backward``: ``backward(ctx, *g)`` is
     linear in the cotangents ``g`` (it computes ``J^T g``), so the vjp of it with respect to
-    ``g``, taken at ``g = 0`` with the input tangents as cotangents, is ``J t`` (the Function's
-    backward must itself be differentiable, as for a double backward)."""
+    ``g``, taken at ``g = 0`` with the input tangents as cotangents, is ``J t``. The backward runs
+    with ``ctx.needs_input_grad`` saying which inputs have a tangent (forward mode leaves it all
+    False, and a backward that reads it would return no gradient at all). It must itself be
+    differentiable in ``g``, as for a double backward: a gradient it computes without a graph
+    (``once_differentiable``, ``autograd.grad`` without ``create_graph``) would read as a zero
+    derivative, so it is refused instead (zuko's ``GaussLegendre``)."""
+    once = _once_differentiable(cls.backward)
+
+    def refuse(why: str) -> FuncbwdError:
+        return FuncbwdError(
+            f"no forward-mode rule for {cls.__qualname__}: its backward {why}, so forward mode "
+            "cannot be built from it; give it a jvp staticmethod, or use reverse mode "
+            "(jacrev, vjp)")
 
     def jvp(ctx: Any, *tangents: Any) -> Any:
+        if once:
+            raise refuse("is marked once_differentiable")
         outs = ctx._funcbwd_outputs
         zeros = tuple(torch.zeros_like(o) for o in outs[:n_out(ctx)] if n_out) if n_out \
             else tuple(torch.zeros_like(o) for o in outs)
         keep = [i for i, t in enumerate(tangents) if isinstance(t, torch.Tensor)]
 
         def grads_of(*g: Any) -> tuple:
-            got = backward(ctx, *g)
+            needs = ctx.needs_input_grad
+            ctx.needs_input_grad = tuple(isinstance(t, torch.Tensor) for t in tangents)
+            try:
+                got = backward(ctx, *g)
+            finally:
+                ctx.needs_input_grad = needs
             got = got if isinstance(got, tuple) else (got,)
+            for i in keep:
+                if isinstance(got[i], torch.Tensor) and not got[i].requires_grad:
+                    raise refuse(f"computes the gradient of input {i} without a graph "
+                                 "(torch.autograd.grad without create_graph)")
             return tuple(got[i] if got[i] is not None else torch.zeros_like(tangents[i])
                          for i in keep)
 
@@ -298,6 +320,13 @@ def _jvp_from(backward: Callable[..., Any], n_out: Callable[[Any], int] | None):
         return jt[0] if len(jt) == 1 else jt
 
     return jvp
+
+
+def _once_differentiable(backward: Any) -> bool:
+    """``backward`` is wrapped by ``torch.autograd.function.once_differentiable``."""
+    code = getattr(backward, "__code__", None)
+    return (getattr(backward, "__wrapped__", None) is not None and code is not None
+            and code.co_filename.replace("\\", "/").endswith("torch/autograd/function.py"))
 
 
 def _apply_converting(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import traceback
 import types
 import weakref
 from typing import Any
@@ -56,7 +55,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from funcbwd import internals, masks, rules, scope
-from funcbwd.errors import InplaceModeError, LoopInstead, NeedsMode, StateWriteError
+from funcbwd.errors import (InplaceModeError, LoopInstead, NeedsMode, StateWriteError,
+                            user_line)
 from funcbwd.journal import Journal
 from funcbwd.replay import Plan
 
@@ -70,14 +70,6 @@ _C_FUNCTIONS = (types.BuiltinFunctionType, types.MethodDescriptorType,
 
 def _name(func: Any) -> str:
     return getattr(func, "__name__", "") or ""
-
-
-def user_line() -> str:
-    """The innermost frame of the user's code (not torch's, not funcbwd's): ``file:line``."""
-    for frame in reversed(traceback.extract_stack()[:-1]):
-        if "/torch/" not in frame.filename and "/funcbwd/" not in frame.filename:
-            return f"{frame.filename}:{frame.lineno}"
-    return "?"
 
 
 class _Node:

@@ -272,11 +272,14 @@ def _captured(func: Any, c: Call, way: Way, want: Any, seconds: float) -> Way:
     on the same arguments. Kept when it runs in at most 0.9x the stage's time (a warm run each)
     and, where the call is outside every transform (its answer is plain tensors), gives this
     call's answer (equal within the graph's reordering of float sums). What the graph's runs
-    write of the caller's and draw from its generators is put back."""
+    write of the caller's and draw from its generators is put back; a function that writes its
+    own arguments keeps its stage (its answer may alias them: torchaudio's ``dcshift``)."""
     from funcbwd.decorator import functionalized
 
     graph = functionalized(rebound(func), warn=False)
     rng, journal = rng_states(), Journal()
+    arguments = _Arguments((c.args, c.kwargs))
+    same = False
     try:
         with scope.entered(retrying=True, journal=journal), functions_converted():
             got = c.run(graph)  # traces
@@ -289,9 +292,27 @@ def _captured(func: Any, c: Call, way: Way, want: Any, seconds: float) -> Way:
     finally:
         journal.restore()
         set_rng_states(rng)
+        if arguments.restore():
+            same = False
     if not same or graph_s > 0.9 * seconds:
         return dataclasses.replace(way, tried=True)
     return dataclasses.replace(way, graph=graph, tried=True)
+
+
+class _Arguments:
+    """The call's tensor arguments as they were (copies), put back by :meth:`restore`."""
+
+    def __init__(self, args: Any) -> None:
+        self.saved = [(t, t._version, t.detach().clone()) for t in internals.leaves(args)
+                      if isinstance(t, torch.Tensor) and not t.is_inference()]
+
+    def restore(self) -> bool:
+        """Put back every argument written since; True if there was one."""
+        written = [(t, copy) for t, version, copy in self.saved if t._version != version]
+        with torch.no_grad():
+            for t, copy in written:
+                t.detach().copy_(copy)
+        return bool(written)
 
 
 def _same_answer(want: Any, got: Any) -> bool:

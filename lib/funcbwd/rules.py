@@ -9,6 +9,9 @@ kind             rule
 ==============  ==============================================================================
 ``ordinary``     run it; track its outputs (fresh, or views of fresh tensors, or the caller's)
 ``attribute``    run it; ``.data`` under vmap (torch refuses it) is ``detach()``
+``setter``       ``t.data = v`` of a value a transform tracks into a tensor the caller owns:
+                 the state policy under vmap (``loop``: the per-sample loop), else refused (torch
+                 would keep the transform's wrapper in the caller's tensor and crash)
 ``write``        check the target (promote a fresh one, save or refuse a caller's), then write;
                  under ``on_copy``, into a copy that takes the fresh tensor's place
 ``setitem``      a boolean-mask write with a batched mask as ``where``; else as ``write``
@@ -28,6 +31,7 @@ from typing import Any, Callable
 import torch
 
 from funcbwd import internals, masks
+from funcbwd.errors import InplaceModeError, user_line
 
 _tensors = masks.tensors
 
@@ -40,8 +44,8 @@ _NOT_WRITES = {"requires_grad_", "retain_grad_", "share_memory_", "detach_", "se
 #: under a transform torch returns a wrapper of the caller's tensor, which stands for it
 NO_OP_CONVERSIONS = {"to", "type", "type_as", "contiguous", "float", "double", "cpu"}
 _KINDS: dict[str, str] = {"__setitem__": "setitem", "__getitem__": "getitem",
-                          "__get__": "attribute", "unbind": "split", "split": "split",
-                          "chunk": "split", "batch_norm": "batch_norm"}
+                          "__get__": "attribute", "__set__": "setter", "unbind": "split",
+                          "split": "split", "chunk": "split", "batch_norm": "batch_norm"}
 
 
 def writes(name: str) -> bool:
@@ -73,6 +77,30 @@ def attribute(mode, func, name, args, kwargs):
     if mode.stale and func.__self__ is torch.Tensor.shape:
         mode.refresh_args(args, kwargs)
     return func(*args, **kwargs)
+
+
+def setter(mode, func, name, args, kwargs):
+    """``t.data = v`` where ``t`` is the caller's and ``v`` carries a transform ``t`` lacks.
+
+    torch stores the transform's wrapper in the caller's tensor, which outlives the transform's
+    level: the next op on it crashes the process (torch 2.13: a segmentation fault, e.g. nflows'
+    ``ActNorm`` initializing from its first batch under ``jacrev``). Under vmap over samples it is
+    a write every entry shares (the caller's policy; ``discard`` cannot hold a per-sample value in
+    a tensor the call replaces, so it refuses too); under grad transforms alone, refused."""
+    t, value = args[0], args[1] if len(args) > 1 else None
+    if (func.__self__ is not torch.Tensor.data or not isinstance(value, torch.Tensor)
+            or mode.node(t) is not None
+            or not internals.wrapper_levels(value) - internals.wrapper_levels(t)):
+        return func(*args, **kwargs)
+    what = "a .data assignment of a value a transform tracks"
+    if mode.samples and internals.vmap_levels(value) & mode.samples - internals.vmap_levels(t):
+        if mode.policy != "discard":
+            mode.shared(t, what, [value])
+    raise InplaceModeError(
+        f"{what} into a tensor the caller owns (shape {tuple(t.shape)}, at {user_line()}): "
+        "torch would keep the transform's wrapper in it (and crash); compute the value outside "
+        "the transform (e.g. call a module that initializes from its first batch once before "
+        "it), or write it with torch.no_grad(): t.copy_(value)")
 
 
 def write(mode, func, name, args, kwargs):
@@ -159,8 +187,8 @@ _BN_TORCH = ("input", "weight", "bias", "running_mean", "running_var", "training
 
 #: kind of op -> its rule (:func:`kind`)
 RULES: dict[str, Callable[..., Any]] = {
-    "ordinary": ordinary, "attribute": attribute, "write": write, "setitem": setitem,
-    "getitem": getitem, "split": split, "out": out, "batch_norm": batch_norm,
+    "ordinary": ordinary, "attribute": attribute, "setter": setter, "write": write,
+    "setitem": setitem, "getitem": getitem, "split": split, "out": out, "batch_norm": batch_norm,
 }
 
 

@@ -40,6 +40,7 @@ HOMES: dict[str, str] = {
     "corpus": "docs/your-code.md",
     "corpus-summary": "README.md",
     "corpus-cost": "docs/your-code.md",
+    "first-call": "docs/contract.md",
 }
 WIDTH = 100  # columns of the prose the blocks wrap (rendered markdown joins the lines again)
 #: a word that, starting a line, would make it a list item, heading, quote, rule or fence

@@ -63,6 +63,9 @@ class LibCase:
     #: what the case is about (one line for the docs)
     what: str = ""
     randomness: str | None = None
+    #: plain torch.func crashes the process on this case (why): its plain arm runs in a child
+    #: process (:func:`funcbwd_lab.studies.libraries.harness.isolated_plain`), a crash recorded
+    isolate: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KIND_TRANSFORMS:

@@ -225,7 +225,35 @@ def run_arm(arm: str, transform: str, case: LibCase, args: tuple, cts: Any, want
     return rec
 
 
-def run_cell(case: LibCase, transform: str, arms: tuple[str, ...] = ARMS) -> dict:
+def isolated_plain(name: str, transform: str, timeout: float = 300.0) -> dict:
+    """The plain arm of case ``name`` in a child process: its record, or the crash's (the child
+    killed by a signal: plain torch.func took the process down)."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys, warnings; warnings.simplefilter('ignore')\n"
+            "from funcbwd_lab.studies.libraries import env; env.activate()\n"
+            "from funcbwd_lab.studies.libraries.cases import CASES\n"
+            "from funcbwd_lab.studies.libraries.harness import run_cell\n"
+            f"cell = run_cell(CASES[{name!r}], {transform!r}, ('plain',), isolated=True)\n"
+            "print(json.dumps(cell.get('plain', {})))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=timeout)
+    if run.returncode < 0:
+        return {"status": "error", "error_type": "crash", "refused": False,
+                "message": f"plain torch.func crashed the process (signal {-run.returncode}; "
+                           "run in a child process)"}
+    try:
+        return json.loads(run.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"status": "error", "error_type": "harness", "refused": False,
+                "message": "harness: the child process printed no record: "
+                           + first_line(run.stderr[-300:], 250)}
+
+
+def run_cell(case: LibCase, transform: str, arms: tuple[str, ...] = ARMS,
+             isolated: bool = False) -> dict:
     """``{"truth": ..., arm: record}`` for one (case, transform)."""
     torch.manual_seed(0)
     args, cts = inputs(case, transform)
@@ -240,6 +268,9 @@ def run_cell(case: LibCase, transform: str, arms: tuple[str, ...] = ARMS) -> dic
     want_state = state_of(built)
     out = {"truth": {"status": "ok", "writes_state": not _cmp(want_state, before).ok}}
     for arm in arms:
+        if arm == "plain" and case.isolate and not isolated:
+            out[arm] = isolated_plain(case.name, transform)
+            continue
         if arm == "discard" and not before:
             out[arm] = {"status": "n/a", "message": "no caller-owned state"}
             continue

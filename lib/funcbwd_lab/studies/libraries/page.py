@@ -166,6 +166,6 @@ python tools/build_notebooks.py execute libraries                               
 ```
 
 `python -m funcbwd_lab.studies.libraries all --out data/libraries.json --docs docs/libraries.md
---force` does all four. A run resumes: cases already in the data file for this torch and this lock
-are kept (`--fresh` starts over); `--cases NAME ...` runs a few.
+--force` does all four. A run resumes: cases already in the data file for this torch, this lock and
+these sources (the tool's and the study's) are kept (`--fresh` starts over); `--cases NAME ...` runs a few.
 """

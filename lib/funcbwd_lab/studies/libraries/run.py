@@ -5,8 +5,9 @@
 One Dask item per case (all its transforms and arms; :func:`run_case`), ``--timeout`` seconds
 each (a case past it is recorded ``unknown``: the budget ran out, never a pass). Records are
 saved as each case finishes, so an interrupted run resumes where it stopped (cases already in
-``--out`` for this torch and this lock are kept; ``--fresh`` starts over). ``--out`` defaults to
-``out/libraries.json`` (untracked); ``data/libraries.json`` is refused unless ``--force``.
+``--out`` for this torch, lock and tool source are kept; ``--fresh`` starts over).
+``--out`` defaults to ``out/libraries.json`` (untracked); ``data/libraries.json`` is refused
+unless ``--force``.
 """
 
 from __future__ import annotations
@@ -58,8 +59,11 @@ def metadata() -> dict[str, Any]:
     from funcbwd_lab.studies.libraries import env
     from funcbwd_lab.studies.libraries.harness import discard_available
 
+    from funcbwd_lab.provenance import source_hash
+
     return {"torch": torch.__version__, "python": platform.python_version(),
             "lock": env.lock_hash(), "pins": env.pins(),
+            "source": source_hash(Path(__file__).parent),
             "discard_opt_in": discard_available(),
             "basis": "each case x transform: a batch of 3 distinct samples (jacrev, jacfwd, "
                      "hessian: the first); truth: a per-sample loop of eager autograd on the same "
@@ -83,7 +87,7 @@ def compute(names: list[str], out: Path, workers: int = 2, timeout: float = TIME
     meta = metadata()
     old = None if fresh else load(out)
     keep = {}
-    if old and old.get("torch") == meta["torch"] and old.get("lock") == meta["lock"]:
+    if old and all(old.get(k) == meta[k] for k in ("torch", "lock", "source")):
         keep = {r["case"]: r for r in old["results"] if "unknown" not in r}
     data = {**meta, "cases": cases_table(), "results": [keep[n] for n in names if n in keep]}
     todo = [n for n in names if n not in keep]

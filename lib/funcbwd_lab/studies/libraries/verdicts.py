@@ -14,7 +14,9 @@ One verdict per (case, transform) (:data:`VERDICTS`), from the truth and the arm
 ``wrong``        the mode returns outputs (or leaves the caller's state) other than the loop's,
                  with no error: the worst outcome
 ``inherited``    plain torch.func already returns other values than the loop's and the mode
-                 returns the same (torch's answer passed through; reported, not the tool's)
+                 returns the same (torch's answer passed through; reported, not the tool's);
+                 or forward mode where torch's forward AD defines another derivative than
+                 the reverse-mode loop (:data:`FORWARD_SEMANTICS`, each checked by a test)
 ``no_reference`` eager autograd itself refuses the call (no per-sample loop to compare with)
 ``unknown``      the case did not finish within its budget (timeout or crash)
 ==============  ==========================================================================
@@ -30,6 +32,7 @@ VERDICTS = ("pass", "fixed", "fixed_opt_in", "refused", "fails", "regression", "
 
 #: (text in an error message, the cause it names), first match wins
 CAUSES = (
+    ("crashed the process", "torch crashes the process (segmentation fault)"),
     ("Batch norm got a batched tensor", "BatchNorm running statistics under vmap"),
     ("would mutate a captured Tensor", "grad transform: a captured tensor written"),
     ("must override the setup_context", "old-style autograd.Function"),
@@ -55,6 +58,20 @@ CAUSES = (
     ("caller's state", "caller's state differs from the loop's"),
     ("max abs error", "value differs from the loop"),
 )
+
+
+#: (case, transform) -> why torch's forward mode differs from the reverse-mode loop there. torch's
+#: forward AD ignores ``torch.no_grad`` (tangents flow through it); reverse mode does not. The
+#: adaptive solvers choose the next step size under ``@torch.no_grad()``
+#: (``torchdiffeq._impl.misc._optimal_step_size``): forward mode differentiates through the step
+#: size, the loop's reverse mode does not. tests/test_libraries.py checks that funcbwd's jacfwd
+#: equals reverse mode with the step size differentiated (within 1e-10).
+_STEP_SIZE = ("torch's forward AD differentiates through the step size chosen under no_grad; "
+              "the reverse-mode loop does not (funcbwd's jacfwd equals reverse mode through the "
+              "step size: tests/test_libraries.py)")
+FORWARD_SEMANTICS = {(f"torchdiffeq.odeint({m})", t): _STEP_SIZE
+                     for m in ("dopri5", "bosh3", "adaptive_heun", "dopri8")
+                     for t in ("jacfwd", "hessian")}
 
 
 def cause(message: str | None) -> str:
@@ -115,6 +132,8 @@ def rows(data: dict) -> list[dict[str, Any]]:
                        == "wrong"]
         for t, cell in r["cells"].items():
             v, detail = verdict(cell)
+            if v == "wrong" and (r["case"], t) in FORWARD_SEMANTICS:
+                v, detail = "inherited", f"{FORWARD_SEMANTICS[r['case'], t]}: {detail}"
             if v == "wrong" and torch_wrong and (cell.get("mode") or {}).get("status") == "wrong":
                 v, detail = "inherited", (f"torch's own {', '.join(torch_wrong)} already differs "
                                           f"from the loop on this case: {detail}")

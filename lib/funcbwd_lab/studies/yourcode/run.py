@@ -9,7 +9,8 @@ contract refuses it, with the reason: never counted as fixed), ``unknown`` (the 
 raised: never counted as pass), ``n/a`` (the mechanism has nothing to act on) and, from the case,
 ``undefined`` transforms (with why). The output defaults to ``out/yourcode-corpus.json``
 (untracked); ``--out data/yourcode-corpus.json`` refreshes the committed data. A run resumes:
-cells already in the output file for this torch version are kept (``--fresh`` starts over).
+cells already in the output file for this torch version and these sources (the tool's and
+this study's, :func:`funcbwd_lab.provenance.source_hash`) are kept (``--fresh`` starts over).
 Progress goes to stderr (one line at least every 2 s when piped).
 
 The summary (:func:`summarize`) is what the docs, the notebook and the README quote.
@@ -31,6 +32,7 @@ import torch
 from funcbwd_lab import command
 from funcbwd.errors import BadInputError
 from funcbwd_lab.progress import Progress
+from funcbwd_lab.provenance import source_hash
 from funcbwd_lab.studies.yourcode.case import CLASSES, TRANSFORMS
 
 DEFAULT_OUT = Path("out/yourcode-corpus.json")
@@ -145,16 +147,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m funcbwd_lab.studies.yourcode.run: error: {e}", file=sys.stderr)
         return 2
     previous: list[dict] = []
+    source = source_hash(Path(__file__).parent)
     if ns.out.exists() and not ns.fresh:
         old = json.loads(ns.out.read_text())
-        if old.get("torch") == torch.__version__:
+        if old.get("torch") == torch.__version__ and old.get("source") == source:
             previous = old["cells"]
     torch.set_num_threads(1)
     cells = run(names, ns.mechanisms, previous, Progress("corpus", enabled=not ns.quiet))
     keep = {_key(c) for c in cells}
     cells += [c for c in previous if _key(c) not in keep and c["case"] in CASES]
     mechanisms = [m for m in MECHANISMS if any(c["mechanism"] == m for c in cells)]
-    data = {"torch": torch.__version__, "python": platform.python_version(),
+    data = {"torch": torch.__version__, "python": platform.python_version(), "source": source,
             "basis": "every case x transform x mechanism; batch of 3 distinct samples (2 x 3 for "
                      "vmap_vmap); truth: a per-sample loop of torch.autograd on the case's "
                      "out-of-place rewrite; tolerance 1e-4",
