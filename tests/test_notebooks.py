@@ -193,7 +193,7 @@ def test_heatmap_hover_names_reason_and_fallback():
 def test_formula_source_cites_history():
     src = display.formula_source("index_select")
     assert "index_add_" in repr(src) and "pytorch#77578" in repr(src)
-    assert "```python" in src._repr_markdown_()
+    assert "<pre" in src._repr_html_() and "index_add_" in src._repr_html_()
 
 
 def test_setup_notebook_uses_mimetype_renderer():
