@@ -1,11 +1,12 @@
 """What a reader sees at 1280 px, in every notebook as stored and in the report: nothing hidden.
 
 A design reviewer opens the workbench with ``make lab`` on a 1280x900 screen (JupyterLab's file
-browser open, as it opens) and reads the committed notebooks before running anything. This test
-does the same in a real JupyterLab in headless Chromium: it opens every notebook under
-``notebooks/`` as stored (no cell run: the outputs are the committed ones, shown untrusted, so
-through JupyterLab's HTML sanitizer), every cell laid out at once (notebook windowing off), and
-runs the detectors of this module over the whole notebook:
+browser open, as it opens) and reads the committed notebooks before running anything.
+tests/test_browser_open.py does the same in a real JupyterLab in headless Chromium, in the session
+that opens every notebook under ``notebooks/`` as stored (no cell run: the outputs are the
+committed ones, shown untrusted, so through JupyterLab's HTML sanitizer), every cell laid out at
+once (notebook windowing off, :func:`activate`), and runs this module's detectors over each
+whole notebook (:func:`read_open`):
 
 * **hidden or clipped columns** (:data:`HIDDEN`): content behind a horizontal scroll bar, content
   past the output area's right edge, and a table cell whose content runs over its column into
@@ -20,16 +21,16 @@ runs the detectors of this module over the whole notebook:
   own sanitizer (the page's, not a copy of its rules) removes a ``<style>`` element or a style
   declaration, so that it renders otherwise than when it was run.
 
-Each detector is shown to fire on a notebook broken that way (``test_a_broken_notebook_is_caught``:
-a copy of a real notebook with one output per kind of breakage) and on a page broken that way
-(``test_the_detectors_fire_on_a_broken_page``). The report gets the same detectors
+Each detector is shown to fire on a notebook broken that way (:func:`broken_notebook`: a copy of
+a real notebook with one output per kind of breakage, opened in the same session,
+tests/test_browser_open.py) and on a page broken that way (here,
+``test_the_detectors_fire_on_a_broken_page``). The report gets the same detectors
 (tests/test_report.py). Screenshots of what was found go to test-output/browser/.
 Helpers (server, browser) come from tests/test_browser.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import time
@@ -186,74 +187,47 @@ NOTEBOOK_CELLS = """async ([detectors]) => {
 DETECTORS = [MIDWORD_CUTS, HIDDEN, RAW_MARKDOWN]
 
 
-def settings_without_windowing(settings: Path) -> None:
-    """tests/test_browser.py's user settings (no news, no autosave) and every cell laid out at
-    once: JupyterLab's notebook windowing renders only cells near the view, which would leave
-    the rest unmeasured."""
-    tb_settings(settings)
-    rel = "@jupyterlab/notebook-extension/tracker.jupyterlab-settings"
-    (settings / rel).parent.mkdir(parents=True, exist_ok=True)
-    (settings / rel).write_text(json.dumps({"windowingMode": "none"}))
-
-
-tb_settings = tb.write_lab_settings
-
-
-def open_notebook(page, base: str, path: str) -> None:
-    """Open ``path`` (relative to the server's root) as the only document, as stored."""
-    page.evaluate("() => { for (const w of [...window.jupyterapp.shell.widgets('main')]) w.dispose(); }")
-    page.evaluate("(path) => window.jupyterapp.commands.execute('docmanager:open', {path, factory: 'Notebook'})",
-                  path)
+def activate(page, path: str) -> None:
+    """Show the open notebook ``path``, every cell laid out (JupyterLab's notebook windowing,
+    ``contentVisibility`` by default, lays out only the cells near the view: turned off on this
+    notebook's widget, so the whole notebook is measured in one pass), and wait until its layout
+    stops changing (outputs render asynchronously: plotly, Markdown). Windowing is turned off on
+    the open widget only: set in the user settings, it makes JupyterLab draw every plotly figure at
+    once, and jupyterlab-plotly's snapshot of each marks the notebook modified."""
+    page.evaluate("""(path) => { const w = [...window.jupyterapp.shell.widgets('main')]
+      .find(w => w.context && w.context.path === path); window.jupyterapp.shell.activateById(w.id); }""", path)
     page.wait_for_function(
         "(path) => { const w = window.jupyterapp.shell.currentWidget;"
         " return w && w.context && w.context.path === path && w.context.isReady"
         " && w.content.widgets.length > 0; }", arg=path, timeout=60_000)
-    # outputs render asynchronously (plotly, Markdown): wait until the layout stops changing
+    page.evaluate("""() => { const nb = window.jupyterapp.shell.currentWidget.content;
+      nb.notebookConfig = {...nb.notebookConfig, windowingMode: 'none'}; }""")
     last, stable = None, 0
     deadline = time.monotonic() + 30
     while stable < 3 and time.monotonic() < deadline:
         height = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.node.scrollHeight")
         stable = stable + 1 if height == last else 0
         last = height
-        page.wait_for_timeout(300)
+        page.wait_for_timeout(250)
 
 
-def read_notebook(page, base: str, path: str) -> dict:
-    """What the detectors find in ``path`` as stored: per cell, and what the sanitizer takes."""
-    open_notebook(page, base, path)
+def read_open(page, path: str) -> dict:
+    """What the detectors find in the open notebook ``path``, as stored: per kind, (cell index,
+    finding) pairs; a screenshot of the first cells found, per kind."""
+    activate(page, path)
     cells = page.evaluate(NOTEBOOK_CELLS, [DETECTORS])
-    sanitized = page.evaluate(SANITIZED)
-    walls = [(c["index"], h) for c in cells for h in c["outputs"] if h > MAX_SCREENS * HEIGHT]
     found = {"cuts": [(c["index"], x) for c in cells for x in c["cuts"]],
              "hidden": [(c["index"], x) for c in cells for x in c["hidden"]],
              "raw": [(c["index"], x) for c in cells for x in c["raw"]],
-             "walls": walls, "sanitized": [(s["cell"], s) for s in sanitized]}
-    if any(found.values()):
-        name = Path(path).stem
-        for kind, items in found.items():
-            for index in sorted({i for i, _ in items})[:3]:
-                page.evaluate("(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].node"
-                              ".scrollIntoView({block: 'start'})", index)
-                page.wait_for_timeout(200)
-                tb.shot(page, f"stored_{name}_cell{index}_{kind}.png")
+             "walls": [(c["index"], h) for c in cells for h in c["outputs"] if h > MAX_SCREENS * HEIGHT],
+             "sanitized": [(x["cell"], x) for x in page.evaluate(SANITIZED)]}
+    for kind, items in found.items():
+        for index in sorted({i for i, _ in items})[:2]:
+            page.evaluate("(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].node"
+                          ".scrollIntoView({block: 'start'})", index)
+            page.wait_for_timeout(200)
+            tb.shot(page, f"stored_{Path(path).stem}_cell{index}_{kind}.png")
     return {"cells": len(cells), **found}
-
-
-@contextlib.contextmanager
-def stored_lab(root: Path, tmp: Path, monkeypatch):
-    """JupyterLab serving ``root`` (windowing off, no autosave) and a 1280x900 page on it, with
-    the file browser open as ``make lab`` opens it."""
-    monkeypatch.setattr(tb, "write_lab_settings", settings_without_windowing)
-    with tb.jupyterlab(root, tmp / "jupyter") as base, \
-            tb.chromium_page(tmp / "chromium", width=WIDTH, height=HEIGHT) as page:
-        page.goto(f"{base}/lab?reset", wait_until="domcontentloaded")
-        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell", timeout=60_000)
-        page.evaluate("() => window.jupyterapp.restored.then(() => null)")
-        page.evaluate("() => window.jupyterapp.shell.expandLeft()")
-        yield base, page
-        with contextlib.suppress(Exception):
-            for session in tb.http(f"{base}/api/sessions"):
-                tb.http(f"{base}/api/sessions/{session['id']}", method="DELETE")
 
 
 def problems(seen: dict) -> list[str]:
@@ -265,23 +239,6 @@ def problems(seen: dict) -> list[str]:
         for index, x in seen[kind]:
             out.append(f"cell {index}: {what}: {x}")
     return out
-
-
-def test_every_notebook_as_stored_reads_at_1280px(tmp_path, monkeypatch):
-    tb.chromium_or_skip()
-    paths = sorted(f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb"))
-    seen = {}
-    t0 = time.monotonic()
-    with stored_lab(ROOT, tmp_path, monkeypatch) as (base, page):
-        for path in paths:
-            seen[path] = read_notebook(page, base, path)
-    print(f"read {len(paths)} notebooks as stored in {time.monotonic() - t0:.0f} s")
-    tb.OUTPUT.mkdir(parents=True, exist_ok=True)
-    (tb.OUTPUT / "stored_layout.json").write_text(json.dumps(seen, indent=1))
-    assert len(paths) >= 10 and all(s["cells"] > 3 for s in seen.values()), seen
-    bad = {path: problems(s) for path, s in seen.items() if problems(s)}
-    assert not bad, "as stored, at 1280x900 with the file browser open:\n" + "\n".join(
-        f"{path}:\n  " + "\n  ".join(lines[:10]) for path, lines in bad.items())
 
 
 # ------------------------------------------------------------------------------ mutations
@@ -303,6 +260,15 @@ BROKEN_TEXT = {
 }
 
 
+def check_broken(seen: dict, where: dict[str, int]) -> None:
+    """Each detector reported the cell of :func:`broken_notebook` broken its way."""
+    found = {kind: {i for i, _ in seen[kind]} for kind in ("hidden", "raw", "cuts", "sanitized")}
+    assert {where["hidden"], where["hidden_cell"]} <= found["hidden"], seen["hidden"]
+    assert {"table rule", "reference link"} <= {x["kind"] for i, x in seen["raw"] if i == where["raw"]}, seen["raw"]
+    assert where["cuts"] in found["cuts"], seen["cuts"]
+    assert where["sanitized"] in found["sanitized"], seen["sanitized"]
+
+
 def broken_notebook(source: Path, dest: Path) -> dict[str, int]:
     """A copy of ``source`` with one cell appended per kind of breakage (stored outputs only);
     returns each kind's cell index."""
@@ -319,24 +285,6 @@ def broken_notebook(source: Path, dest: Path) -> dict[str, int]:
         nb["cells"].append(cell)
     dest.write_text(json.dumps(nb, indent=1))
     return where
-
-
-def test_a_broken_notebook_is_caught(tmp_path, monkeypatch):
-    """Mutation: a real notebook with one output broken each way; each detector reports the cell
-    broken its way (and the notebook's own cells stay clean)."""
-    tb.chromium_or_skip()
-    root = tmp_path / "repo"
-    (root / "notebooks").mkdir(parents=True)
-    where = broken_notebook(ROOT / "notebooks" / "your_code.ipynb", root / "notebooks" / "broken.ipynb")
-    with stored_lab(root, tmp_path, monkeypatch) as (base, page):
-        seen = read_notebook(page, base, "notebooks/broken.ipynb")
-    found = {kind: {i for i, _ in seen[kind]} for kind in ("hidden", "raw", "cuts", "sanitized")}
-    assert {where["hidden"], where["hidden_cell"]} <= found["hidden"], seen["hidden"]
-    assert where["raw"] in found["raw"], seen["raw"]
-    kinds = {x["kind"] for i, x in seen["raw"] if i == where["raw"]}
-    assert {"table rule", "reference link"} <= kinds, seen["raw"]
-    assert where["cuts"] in found["cuts"], seen["cuts"]
-    assert where["sanitized"] in found["sanitized"], seen["sanitized"]
 
 
 def test_the_detectors_fire_on_a_broken_page(tmp_path):

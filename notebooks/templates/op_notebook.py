@@ -101,9 +101,10 @@ print(fit(f"error: {failing.error_class}: {first_line(failing.message, 200)}"))
 
 # %%
 t = trace.trace(OP, "plain", failing.scenario, failing.sample)
-print(f"{len(t.calls)} formula call(s) under a transform; showing the last")
-print(fit(dataclasses.replace(t, calls=t.calls[-1:]).text()))
 assert t.status == failing.status and t.reason == failing.reason
+print(f"{len(t.calls)} formula call(s) under a transform; showing the last")
+display.long_text(fit(dataclasses.replace(t, calls=t.calls[-1:]).text()), head=7,
+                  summary="each torch call of that formula call, the failing one marked")
 
 # %% [markdown]
 # ## 3. Every strategy in every scenario
@@ -157,7 +158,7 @@ assert all(c.ok or "data-dependent" in c.error for c in captures.values())
 # %%
 for a, b in (("plain", "functionalized"), ("functionalized", "traced")):
     if captures[a].ok and captures[b].ok:
-        print(fit(graphs.diff(OP, a, b).unified() or f"{a} and {b} graphs are identical"), "\n")
+        print(fit(graphs.diff(OP, a, b).unified() or f"{a} and {b} graphs are identical") + "\n")
     else:
         print(f"no diff {a} -> {b}: a capture failed (see above)\n")
 
@@ -168,7 +169,7 @@ for a, b in (("plain", "functionalized"), ("functionalized", "traced")):
 # %%
 for vmapped in (False, True):
     print(f"vmap={vmapped}")
-    print(fit(graphs.format_copy_table(graphs.copy_table(ops=[OP], vmap=vmapped))), "\n")
+    print(fit(graphs.format_copy_table(graphs.copy_table(ops=[OP], vmap=vmapped))) + "\n")
 
 # %% [markdown]
 # ## 5. Overhead and copies, measured

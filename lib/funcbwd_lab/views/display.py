@@ -37,6 +37,8 @@ STATUS_COLOR = {
     "uninformative": "#f0f0f0",
     "not_applicable": "#bdbdbd",
 }
+#: text on the dark status colours (the others take the page's dark grey)
+STATUS_TEXT = {"pass": "#fff", "fail": "#fff"}
 
 
 # ------------------------------------------------------------------------------ notebook setup
@@ -77,6 +79,20 @@ def cell_hover(cell: Mapping[str, Any]) -> str:
     return "<br>".join(lines)
 
 
+def cell_title(cell: Mapping[str, Any]) -> str:
+    """A table cell's hover text, short (a table holds hundreds): status and samples passed, and
+    for a cell that is not a plain pass the classified reason, the ops vmap fell back for and the
+    failing samples (the heatmap's hover, :func:`cell_hover`, adds what ran and the message)."""
+    parts = [f"{cell_text(cell, long=True)} ({cell['passed']}/{cell['total']} samples)"]
+    if cell["reason"]:
+        parts.append(REASONS.get(cell["reason"], cell["reason"]))
+    if cell["fallback_ops"]:
+        parts.append("slow fallback for: " + ", ".join(fallback_names(cell["fallback_ops"])))
+    if cell["failing_samples"]:
+        parts.append("failing samples: " + "; ".join(cell["failing_samples"][:3]))
+    return "\n".join(parts)
+
+
 def _axes(results: Sequence[CellResult]) -> tuple[list[str], list[str], list[str]]:
     ops = list(dict.fromkeys(r.op for r in results))
     scenarios = list(dict.fromkeys(r.scenario for r in results))
@@ -114,40 +130,44 @@ def matrix_legend(cells: Iterable[Mapping[str, Any]]) -> list[tuple[str, str | N
 
 
 def matrix_table(results: Sequence[CellResult], caption: str = "", pick: str | None = None) -> Rich:
-    """An HTML table (op x scenario rows, strategy columns; one op: scenario rows, the op in the
-    caption) of each cell's compact mark (:func:`matrix.cell_text`) on its status colour, the long
-    text on hover, and the legend of the marks used under it (:func:`matrix_legend`); ``pick``,
-    the recommended strategy, is marked. Narrow enough for a 1280 px screen with JupyterLab's
-    file browser open. The text repr is the library's text table (nbval compares it)."""
+    """An HTML table (scenario rows, under a heading row per op; strategy columns) of each cell's
+    compact mark (:func:`matrix.cell_text`) on its status colour, the long text on hover, and the
+    legend of the marks used under it (:func:`matrix_legend`); ``pick``, the recommended strategy,
+    is marked. Narrow enough for a 1280 px screen with JupyterLab's file browser open. The text
+    repr is the library's text table (nbval compares it)."""
     summary = matrix.summarize(results)
     ops, scenarios, strategies = _axes(results)
-    lead = ["op", "scenario"] if len(ops) > 1 else ["scenario"]
-    heads = [*lead, *(f"{st} (pick)" if st == pick else st for st in strategies)]
+    heads = ["scenario", *(f"{st} (pick)" if st == pick else st for st in strategies)]
     pick_style = "border-left:2px solid #1a9850;border-right:2px solid #1a9850"
-    head_styles = [""] * len(lead) + [pick_style + ";background:#d9f0d3" if st == pick else ""
-                                      for st in strategies]
-    rows, styles, titles = [], [], []
+    head_styles = [""] + [pick_style + ";background:#d9f0d3" if st == pick else "" for st in strategies]
+    rows, styles, titles, groups = [], [], [], {}
     for op in ops:
+        if len(ops) > 1:
+            groups[len(rows)] = op
         for sc in scenarios:
-            row, style, title = ([op, sc] if len(ops) > 1 else [sc]), [""] * len(lead), [""] * len(lead)
+            row, style, title = [sc], [""], [f"{op} / {sc}"]
             for st in strategies:
                 c = summary.get((op, sc, st))
                 extra = pick_style if st == pick else ""
                 if c is None:
                     row.append(""), style.append(extra), title.append("not run")
                     continue
-                hover = cell_hover(c).replace("<br>", "\n").replace("<b>", "").replace("</b>", "")
-                row.append(cell_text(c))
-                style.append(f"background:{STATUS_COLOR[cell_kind(c)]}" + (";" + extra if extra else ""))
-                title.append(html.unescape(hover))
+                kind = cell_kind(c)
+                row.append(cell_text(c).replace(" ", "\u00a0"))  # a mark never wraps
+                style.append(";".join(filter(None, [f"background:{STATUS_COLOR[kind]}",
+                                                    f"color:{STATUS_TEXT[kind]}" if kind in STATUS_TEXT
+                                                    else "", extra])))
+                title.append(cell_title(c))
             rows.append(row), styles.append(style), titles.append(title)
     if len(ops) == 1 and ops:
         caption = caption or f"{ops[0]}: status per scenario and strategy"
-    table = markup.table(heads, rows, caption=caption, nowrap=range(len(heads)), cell_styles=styles,
-                         titles=titles, head_styles=head_styles)
-    legend = markup.legend(matrix_legend(summary.values()),
-                           title="Each cell: the worst of its samples (hover for the reason, what ran "
-                                 "and the failing samples). Marks:")
+    table = markup.table(heads, rows, caption=caption, nowrap=[0], cell_styles=styles,
+                         titles=titles, head_styles=head_styles, groups=groups, compact=True)
+    marks = matrix_legend(summary.values())
+    dark = {STATUS_COLOR[k] for k in STATUS_TEXT}
+    legend = markup.legend(marks, title="Each cell: the worst of its samples (hover for the reason, "
+                                        "what ran and the failing samples). Marks:",
+                           text_colors={m: "#fff" for m, color, _ in marks if color in dark})
     return Rich(matrix_text(results), f'<div class="funcbwd-matrix">{table}{legend}</div>')
 
 
@@ -163,6 +183,16 @@ def records_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str] |
     html_text = markup.table(columns, rows, caption=caption,
                              nowrap=[i for i, c in enumerate(columns) if c in nowrap])
     return Rich(tables.table(columns, rows), html_text)
+
+
+def grouped_tables(columns: Sequence[str], groups: Sequence[tuple[str, str, bool, Sequence[Sequence[str]]]],
+                   nowrap: Sequence[int] = ()) -> str:
+    """One table per group under its ``<details>``, a group ``(name, note, open, rows)`` summarized
+    as "**name**: note"; long names break after their separators only
+    (:func:`markup.breakable`), so the tables fit a 1280 px screen whole, every field in full."""
+    return "".join(markup.details(f"<b>{html.escape(name)}</b>: {html.escape(note)}", markup.table(
+        columns, [[markup.breakable(str(c)) for c in row] for row in rows], escaped=True,
+        nowrap=nowrap), opened) for name, note, opened, rows in groups)
 
 
 def _fmt(v: Any) -> str:
@@ -186,7 +216,8 @@ def graph_diff_html(d: Any) -> str:
             lt = left[k] if k < len(left) else ""
             rt = right[k] if k < len(right) else ""
             rows.append([lt, rt])
-            styles.append([code + ("" if tag == "equal" or not lt else ";background:#fdd"),
+            styles.append([code + ";border-right:1px solid #ccc" + ("" if tag == "equal" or not lt
+                                                                    else ";background:#fdd"),
                            code + ("" if tag == "equal" or not rt else ";background:#dfd")])
     table = markup.table([d.a.title, d.b.title], rows, cell_styles=styles,
                          head_styles=["width:50%", "width:50%"], style="table-layout:fixed;width:100%")
@@ -350,6 +381,36 @@ def formula_source(op: str) -> Rich:
 
     spec = registry.get_op(op)
     return source(spec.formula, f"{spec.source}; later fixed by {spec.fixed_by}")
+
+
+def long_text(text: str, head: int, summary: str) -> Rich:
+    """Text of many lines shown as its first ``head`` lines, the rest under a closed
+    ``<details>`` with ``summary`` (an output taller than a few screens is a wall to scroll past);
+    the text repr is the whole text (nbval compares it)."""
+    lines = text.splitlines()
+    if len(lines) <= head:
+        return Rich(text, f'<pre style="{CODE}">{html.escape(text)}</pre>')
+    rest = "\n".join(lines[head:])
+    return Rich(text, f'<pre style="{CODE}">{html.escape(chr(10).join(lines[:head]))}</pre>'
+                + markup.details(f"{html.escape(summary)} ({len(lines) - head} more lines)",
+                                 f'<pre style="{CODE}">{html.escape(rest)}</pre>'))
+
+
+def markdown(text: str) -> Rich:
+    """Markdown shown as Markdown (its text repr the same text, for nbval); links must be resolved
+    (:func:`funcbwd_lab.views.markup.resolve_links`): an unresolved reference link is refused."""
+    left = markup.unresolved(text)
+    if left:
+        raise ValueError(f"unresolved reference links would show as text: {', '.join(left[:5])}")
+    return Rich(text, markdown=text)
+
+
+def document_part(text: str, heading: str, *, document: str, here: str = "notebooks",
+                  until: str | None = None, keep_heading: bool = False) -> Rich:
+    """A section of the Markdown document ``text`` (a file ``document`` of the repository, e.g.
+    ``docs/rfc.md``), its reference links resolved to where they point from folder ``here``."""
+    part = markup.section(text, heading, until=until, keep_heading=keep_heading)
+    return markdown(markup.resolve_links(part, text, document, here))
 
 
 # ------------------------------------------------------------------------------ saved runs
