@@ -333,8 +333,8 @@ assert rfc_text == open(os.path.join("..", "docs", "rfc.md")).read(), \
     "docs/rfc.md is stale: python -m funcbwd_lab rfc --out docs/rfc.md --force"
 costs = markup.section(rfc_text, "## What it costs", keep_heading=False)
 head, _, figures = costs.partition("\n### ")  # the headline, then one part per candidate
-display.markdown(markup.resolve_links(head + "\n" + markup.collapsed(
-    "Every figure: its basis, assumptions and falsifier", "### " + figures), rfc_text, "docs/rfc.md", "notebooks"))
+shown = head + "\n" + markup.collapsed("Every figure: its basis, assumptions and falsifier", "### " + figures)
+display.markdown(markup.resolve_links(shown, rfc_text, document="docs/rfc.md", here="notebooks"))
 
 # %% [markdown]
 # The figures are read from the same saved bench run as the decision's timing columns:

@@ -185,6 +185,13 @@ NOTEBOOK_CELLS = """async ([detectors]) => {
   });
 }"""
 DETECTORS = [MIDWORD_CUTS, HIDDEN, RAW_MARKDOWN]
+# Scroll the open notebook to code or Markdown cell ``i`` (for a screenshot of what was found).
+SCROLL_TO = """async (i) => { const node = window.jupyterapp.shell.currentWidget.content.widgets[i].node;
+  let p = node.parentElement;
+  while (p && !(p.scrollHeight > p.clientHeight + 1 && ['auto', 'scroll'].includes(getComputedStyle(p).overflowY)))
+    p = p.parentElement;
+  if (p) p.scrollTop += node.getBoundingClientRect().top - p.getBoundingClientRect().top;
+  await new Promise(r => setTimeout(r, 200)); }"""
 
 
 def activate(page, path: str) -> None:
@@ -223,8 +230,7 @@ def read_open(page, path: str) -> dict:
              "sanitized": [(x["cell"], x) for x in page.evaluate(SANITIZED)]}
     for kind, items in found.items():
         for index in sorted({i for i, _ in items})[:2]:
-            page.evaluate("(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].node"
-                          ".scrollIntoView({block: 'start'})", index)
+            page.evaluate(SCROLL_TO, index)
             page.wait_for_timeout(200)
             tb.shot(page, f"stored_{Path(path).stem}_cell{index}_{kind}.png")
     return {"cells": len(cells), **found}
