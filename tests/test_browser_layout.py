@@ -261,8 +261,10 @@ BROKEN_HTML = {
     "sanitized": "<div class='x'><style>.x td{color:red}</style><table><tr><td>styled</td></tr></table></div>",
 }
 BROKEN_TEXT = {
-    # Markdown printed as text: a pipe table with an unresolved reference link
-    "raw": "| # | objection | evidence |\n|---|---|---|\n| 1 | fixes | [coverage][e1] |\n",
+    # Markdown printed as text: a heading, a pipe table with an unresolved reference link
+    "raw": "## The ten objections\n\n| # | objection | evidence |\n|---|---|---|\n| 1 | fixes | [coverage][e1] |\n",
+    # an output of screens: 200 lines
+    "walls": "".join(f"line {i}\n" for i in range(200)),
 }
 
 
@@ -270,7 +272,9 @@ def check_broken(seen: dict, where: dict[str, int]) -> None:
     """Each detector reported the cell of :func:`broken_notebook` broken its way."""
     found = {kind: {i for i, _ in seen[kind]} for kind in ("hidden", "raw", "cuts", "sanitized")}
     assert {where["hidden"], where["hidden_cell"]} <= found["hidden"], seen["hidden"]
-    assert {"table rule", "reference link"} <= {x["kind"] for i, x in seen["raw"] if i == where["raw"]}, seen["raw"]
+    raw = {x["kind"] for i, x in seen["raw"] if i == where["raw"]}
+    assert {"heading", "table rule", "reference link"} <= raw, seen["raw"]
+    assert where["walls"] in {i for i, _ in seen["walls"]}, seen["walls"]
     assert where["cuts"] in found["cuts"], seen["cuts"]
     assert where["sanitized"] in found["sanitized"], seen["sanitized"]
 
