@@ -8,7 +8,8 @@ here is built from inline styles of a small vocabulary the sanitizer keeps (padd
 background, text-align, vertical-align, white-space, font-size, font-weight, width),
 left-aligned (JupyterLab right-aligns table cells), identifiers never broken (``white-space:
 nowrap`` on the columns that hold them, prose wrapping at spaces in the others).
-tests/test_browser_layout.py runs the page's own sanitizer over every stored output.
+tests/test_browser_open.py runs the page's own sanitizer over every stored output (with the
+detectors of tests/test_browser_layout.py).
 
 Markdown shown in a notebook renders as Markdown; a section taken out of a longer document
 (:func:`section`) has its reference links (``[text][ref]``, defined at the document's end)
