@@ -73,8 +73,10 @@ lab: setup
 	JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter_config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
 	$(VENV)/bin/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=$(CURDIR) $(LAB_ARGS) notebooks/00_overview.ipynb
 
+# One self-contained report.html: the saved matrix run (data/) and every section, about a minute;
+# the command says its duration before it starts (naming --ops runs the matrix here, minutes).
 report: setup
-	$(PY) -m funcbwd report --out report.html
+	$(PY) -m funcbwd_lab report --out report.html
 
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 

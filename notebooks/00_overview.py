@@ -16,9 +16,9 @@
 # %% [markdown]
 # # funcbwd: how should in-place backward formulas be functionalized for `vmap(vjp(f))`?
 #
-# **The decision first**, computed by `funcbwd_lab.studies.review.review.decision` from the saved evidence
-# (`data/review-evidence.json`; counts over every sample). `design_review` recomputes each row live,
-# and section 4 checks the counts against this notebook's own run of the matrix.
+# **The decision first**, computed by `funcbwd_lab.studies.review.review.decision` from the saved
+# evidence (`data/review-evidence.json`; counts over every sample). Section 4 checks its counts
+# against the saved matrix run; `design_review` recomputes the evidence and weighs it point by point.
 
 # %%
 import os
@@ -34,8 +34,8 @@ decision = review.decision(evidence)
 decision_view.block(decision)
 
 # %% [markdown]
-# The same numbers, one panel per criterion in ranking order (the pick green; orange where a
-# candidate falls behind the pick):
+# The same numbers as a chart, one panel per criterion in ranking order (its legend says what each
+# colour marks):
 
 # %% tags=["nbval-ignore-output"]
 decision_view.chart(decision)
@@ -57,11 +57,11 @@ import torch
 from torch.func import vmap
 
 from funcbwd import internals
-from funcbwd_lab.ops import registry
 from funcbwd.errors import first_line
+from funcbwd_lab.ops import registry
 from funcbwd_lab.run import outcomes
-from funcbwd_lab.studies.matrix import matrix
 from funcbwd_lab.strategies import available, get_strategy
+from funcbwd_lab.tables import fit
 
 print("strategies:", ", ".join(available()))
 
@@ -96,7 +96,7 @@ try:
     raise AssertionError("the legacy formula was expected to fail under vmap")
 except RuntimeError as e:
     error = e
-print(type(error).__name__ + ":", first_line(str(error), 160))
+print(fit(f"{type(error).__name__}: {first_line(str(error), 160)}"))
 print("classified as:", outcomes.classify(error))
 assert outcomes.classify(error) == "vmap_inplace"
 assert internals.stack_depth() == 0  # the failing transform left no level behind
@@ -142,19 +142,22 @@ assert torch.allclose(grads, loop, atol=1e-6)
 # %% [markdown]
 # ## 4. The matrix: every op x scenario x strategy
 #
-# `funcbwd_lab.studies.matrix.matrix.run_matrix` runs each of the 8 test ops of functorch#241, every sample, in 8
-# transform scenarios under every strategy, and compares each result with a per-sample Python loop
-# (about a minute). Every count in this notebook is over op x scenario cells, and a cell passes only
-# if every one of its samples passes: the same basis as the decision above. Strategies:
+# `funcbwd_lab.studies.matrix.matrix.run_test_ops` runs each of the 8 test ops of functorch#241,
+# every sample, in 8 transform scenarios under every strategy, and compares each result with a
+# per-sample Python loop. This notebook reads its saved run (`data/matrix-test-ops.json`, which the
+# tests keep equal to a fresh run); set `RECOMPUTE = True` to run it here (a few minutes). Every
+# count in this notebook is over op x scenario cells, and a cell passes only if every one of its
+# samples passes: the same basis as the decision above. Strategies:
 
 # %%
 for name in available():
-    print(f"{name:12s} {get_strategy(name).summary}")
+    print(fit(f"{name:12s} {get_strategy(name).summary}"))
 
 # %%
-results = matrix.run_matrix(ops=registry.TEST_OPS, samples="all")
-print(review.basis_text(review.basis(results)))
-print("sample runs by status:", {s: sum(r.status == s for r in results) for s in outcomes.STATUSES})
+RECOMPUTE = False
+results = display.matrix_results(recompute=RECOMPUTE)
+print(fit(review.basis_text(review.basis(results))))
+print(fit(f"sample runs by status: {({s: sum(r.status == s for r in results) for s in outcomes.STATUSES})}"))
 
 # %% [markdown]
 # Hover a cell for the classified failure reason, what ran, the ops that sent vmap to its slow
@@ -164,11 +167,11 @@ print("sample runs by status:", {s: sum(r.status == s for r in results) for s in
 display.matrix_heatmap(results, title="8 test ops x 8 scenarios x strategies (all samples)")
 
 # %% [markdown]
-# The same matrix as text (`ok`, `FAIL k/n reason` with k of n samples passing, `WRONG`, `n/a`;
-# `+fb` = the slow fallback ran; `ok*` = passed without the strategy's mechanism running):
+# The same matrix as a table, the decision's pick marked; the legend under it says what each mark
+# means:
 
 # %%
-print(display.matrix_text(results))
+display.matrix_table(results, caption="8 test ops x 8 scenarios", pick=decision.pick)
 
 # %% [markdown]
 # Per strategy, the counts the decision weighs, recomputed from this run (cells over all samples):
@@ -183,8 +186,8 @@ display.records_table([{"strategy": st, "fixes over plain": f"{c['fixes']}/{c['p
                       caption=review.basis_text(review.basis(results)))
 
 # %% [markdown]
-# Those are the numbers the saved evidence at the top holds; if the code changed since it was
-# saved, this cell says which differ (regenerate with `python tools/update_readme.py`):
+# Those are the numbers the saved evidence at the top holds; if either file changed without the
+# other, this cell says which differ (regenerate both with `python tools/update_readme.py`):
 
 # %%
 keys = ("fixes", "plain_failures", "passed", "applicable", "no_fallback", "wrong")
@@ -203,8 +206,9 @@ assert not stale
 #   plain -> functionalized -> elided, overhead and copies, a generated verdict).
 # - `overhead_and_copies`: what functionalization costs, across ops, from saved bench results.
 # - `coverage`: the sweep of torch's OpInfo database.
-# - `design_review`: the decision above, recomputed live, then the original discussion answered
-#   point by point (approaches 1-3, the cheap option 2, copies, ops becoming public API).
+# - `design_review`: the decision above, its evidence recomputed, then the original discussion
+#   answered point by point (approaches 1-3, the cheap option 2, copies, ops becoming public API),
+#   what it would cost in C++, the PR, the review's ten objections and the conclusion.
 #
 # ## 6. Explorer
 #

@@ -140,7 +140,15 @@ for v in vs:
 print(fit("\n".join(lines)))
 
 # %%
-display.Rich(f"{len(vs)} upstream entries with their verdicts", render.verdicts_html(vs))
+import IPython.display
+
+groups = [(verdict, f"{len(rows)} entries ({meaning})", verdict in render.OPEN_VERDICTS,
+           [[r[0], r[1], r[2], r[4], r[5]] for r in rows])
+          for verdict, meaning in verdicts.VERDICTS.items()
+          if (rows := render.verdict_rows([v for v in vs if v["verdict"] == verdict]))]
+for group in groups:  # one output per verdict (each under its own size budget)
+    IPython.display.display(display.Rich(f"{group[0]}: {group[1]}", display.grouped_tables(
+        ("test", "op", "kind", "upstream's reason", "evidence"), [group], nowrap=(0, 2))))
 
 # %% [markdown]
 # ## 5. The verdicts are computed, not copied: check one

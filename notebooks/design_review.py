@@ -16,43 +16,50 @@
 # %% [markdown]
 # # Design review: how should in-place backward formulas be functionalized under vmap?
 #
-# **The decision first**, recomputed live here: every sample of the 8 test ops in every scenario
-# under every strategy (about two minutes), the saved bench run and the live probes, weighed by
-# `funcbwd_lab.studies.review.review.decision`. Then the original discussion (functorch#241), point by point,
-# each point with the computed cell that decides it.
+# **The decision first**, weighed by `funcbwd_lab.studies.review.review.decision` from the saved
+# evidence (`data/review-evidence.json`, written by `tools/update_readme.py`: every sample of the 8
+# test ops in every scenario under every strategy, the saved bench run and the probes). The next
+# cells recompute that evidence from the saved matrix run and this notebook's own probes (seconds);
+# `RECOMPUTE = True` runs the matrix here too (a few minutes). Then the original discussion
+# (functorch#241), point by point, each point with the computed cell that decides it, and the
+# conclusion.
 
 # %%
 import os
 
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # read when torch loads: no C++ warnings in outputs
-from funcbwd_lab.studies.bench import results as bench_results
-from funcbwd_lab.studies.review import review
-from funcbwd_lab.studies.matrix import matrix
-from funcbwd_lab.views import display
 from funcbwd_lab.studies.review import decision as decision_view
+from funcbwd_lab.studies.review import review
+from funcbwd_lab.tables import fit
+from funcbwd_lab.views import display
 
 display.setup_notebook()
 DATA = os.path.join("..", "data")
-results = matrix.run_test_ops()
-bench = bench_results.load(os.path.join(DATA, review.BENCH_FILE))
-evidence = review.collect_evidence(results, bench, bench_source="data/" + review.BENCH_FILE)
-decision = review.decision(evidence)
+saved = review.load_evidence(os.path.join(DATA, review.EVIDENCE_FILE))
+decision = review.decision(saved)
 decision_view.block(decision)
 
 # %% [markdown]
-# The same numbers, one panel per criterion in ranking order:
+# The same numbers as a chart, one panel per criterion in ranking order (its legend says what each
+# colour marks):
 
 # %% tags=["nbval-ignore-output"]
 decision_view.chart(decision)
 
 # %% [markdown]
-# The overview, the report and the README show the *saved* evidence (`data/review-evidence.json`,
-# written by `tools/update_readme.py`). Does it say what this live run says?
+# Does the saved evidence say what the code computes? The evidence again, from the matrix (the
+# saved run, or with `RECOMPUTE = True` a run here), the saved bench and this notebook's probes:
 
 # %%
-saved = review.load_evidence(os.path.join(DATA, review.EVIDENCE_FILE))
+from funcbwd_lab.studies.bench import results as bench_results
+from funcbwd_lab.studies.matrix import matrix
+
+RECOMPUTE = False
+results = display.matrix_results(recompute=RECOMPUTE)
+bench = bench_results.load(os.path.join(DATA, review.BENCH_FILE))
+evidence = review.collect_evidence(results, bench, bench_source="data/" + review.BENCH_FILE)
 print("\n".join(review.compare_evidence(saved, evidence)) or "the saved evidence agrees on every count")
-assert review.decision(saved).pick == decision.pick
+assert review.decision(evidence).pick == decision.pick
 
 # %% [markdown]
 # ## The candidates
@@ -77,7 +84,7 @@ def status(strategy: str) -> dict:
     return {(op, sc): c for (op, sc, st), c in cells.items() if st == strategy}
 
 
-print(review.basis_text(evidence.basis))
+print(fit(review.basis_text(evidence.basis)))
 
 # %% [markdown]
 # ## Approach 1: composite operators (`composite`)
@@ -96,7 +103,7 @@ for st in decision.ranking:
 
 # %%
 added = evidence.strategies["composite"]["new_op_names"]
-print(len(added), "operators added, e.g.", ", ".join(added[:3]))
+print(fit(f"{len(added)} operators added, e.g. {', '.join(added[:3])}"))
 assert evidence.strategies["composite"]["new_ops"] == len(added) > 0
 
 # %% [markdown]
@@ -125,7 +132,7 @@ with warnings.catch_warnings():  # torch.export's own deprecation notices are no
     facts = composite.serialization_probe("diag", fresh_process=False)
 for key in ("op", "op_in_graph", "survives_decompositions", "artifact_names_op", "load_ok"):
     print(f"{key:24s} {facts.get(key)}")
-print("load without the library:", {k: v for k, v in facts.items() if "without" in k})
+print(fit(f"load without the library: {({k: v for k, v in facts.items() if 'without' in k})}"))
 
 # %% [markdown]
 # ## Approach 2: hooks (`hooks`), and approach 3: the whole backward (`whole`)
@@ -139,7 +146,7 @@ for st in ("hooks", "whole"):
     mine = status(st)
     missed = sorted((op, sc, mine[(op, sc)]["reason"]) for (op, sc), c in base.items()
                     if c["status"] == "pass" and mine[(op, sc)]["status"] != "pass")
-    print(f"{st}: {len(missed)} cells", *(f"  {op} / {sc}: {reason}" for op, sc, reason in missed), sep="\n")
+    print(f"{st}: {len(missed)} cells", *(fit(f"  {op} / {sc}: {reason}") for op, sc, reason in missed), sep="\n")
 
 # %% [markdown]
 # The thread's requirement for hooks: functionalization "unconditionally disabled after [the node],
@@ -150,7 +157,7 @@ for st in ("hooks", "whole"):
 # %%
 for st in decision.ranking:
     e = evidence.strategies[st]
-    print(f"{st:12s} {e['leaks']} leaks after {e['checked']} raising backwards", *e["leak_cases"], sep="\n  ")
+    print(f"{st:12s} {e['leaks']} leaks after {e['checked']} raising backwards", *map(fit, e["leak_cases"]), sep="\n  ")
 
 # %% [markdown]
 # The hooks' own cost with vmap off, against a no-op Python hook (paired samples from the saved
@@ -158,7 +165,7 @@ for st in decision.ranking:
 
 # %%
 claim = bench_results.hooks_claim_result(bench)
-print(claim.get("reason") or "\n".join(f"{g['graph']}: {g.get('verdict', g.get('error'))}" for g in claim["graphs"]))
+print(fit(claim.get("reason") or "\n".join(f"{g['graph']}: {g.get('verdict', g.get('error'))}" for g in claim["graphs"])))
 
 # %% [markdown]
 # ## The cheap option 2: functionalize each formula (`per_formula`), and `traced`
@@ -179,7 +186,7 @@ print({st: review_probes.needs_per_op_input(st) for st in ("per_formula", "trace
 for st in ("per_formula", "traced"):
     slow = {f for c in status(st).values() if c["status"] == "pass" for f in c["fallback_ops"]}
     e = evidence.strategies[st]
-    print(f"{st:12s} {e['fallback_cells']} cells via the slow fallback, for: {', '.join(sorted(slow)) or '-'}")
+    print(fit(f"{st:12s} {e['fallback_cells']} cells via the slow fallback, for: {', '.join(sorted(slow)) or '-'}"))
 
 # %% [markdown]
 # ## "Copies seem scary"
@@ -215,7 +222,8 @@ for st in decision.ranking:
 
 # %%
 for u in evidence.unsolved:
-    print(f"{u['op']}: {u['reason']} in {', '.join(u['scenarios'])}; builtin passes {u['builtin_passes'] or 'none'}")
+    print(fit(f"{u['op']}: {u['reason']} in {', '.join(u['scenarios'])}; builtin passes "
+              f"{', '.join(u['builtin_passes']) or 'none'}"))
 
 # %% [markdown]
 # ## The question today: which of core's hand-written branches would the pick delete?
@@ -224,8 +232,9 @@ for u in evidence.unsolved:
 # 12 forward-mode) whose fast path writes in place. `python -m funcbwd_lab deletable` runs each fast
 # path alone under `traced` and `per_formula` in every applicable scenario and times it against
 # the hand-written out-of-place path; the 6 data-dependent sites are the negative controls. The
-# table is saved (`data/live-deletable.json`, about 7 minutes to recompute); the headlines below
-# are recomputed from its rows.
+# table is saved (`data/live-deletable.json`, about 9 minutes to recompute); the headlines, and the
+# sites `traced` does not clear with why (the first reason found per site), are computed from its
+# rows:
 
 # %%
 import json
@@ -234,16 +243,9 @@ from funcbwd_lab.studies.deletable import deletable
 from funcbwd_lab.studies.deletable import render as live
 
 live_table = json.load(open(os.path.join(DATA, live.LIVE_FILE_NAME)))
-for st in live_table["strategies"]:
-    print(deletable.headline(live_table, st))
 assert deletable.counts(live_table, "traced")["in_place"] == deletable.IN_PLACE_SITES
 assert deletable.counts(live_table, "traced")["controls_deletable"] == 0, "a data-dependent control was judged deletable"
-
-# %% [markdown]
-# The sites `traced` does not clear, and why (the first reason found per site):
-
-# %%
-display.Rich(live.markdown(live_table), html_text=live.html_block(live_table))
+display.markdown(live.markdown(live_table))
 
 # %% [markdown]
 # ## "Doesn't torch.compile already do this?"
@@ -260,13 +262,12 @@ from funcbwd_lab.tables import paragraph
 
 compiled = json.load(open(os.path.join(DATA, "compiled.json")))
 print("\n".join(paragraph(s) for s in compiled_answer.answer(compiled)))
-live_row = "compiled" in evidence.strategies  # a run without the slow strategies has no row
-row = (evidence if live_row else saved).strategies["compiled"]
+row = evidence.strategies["compiled"]
 mine = status("compiled")
-differ = [f"{c['op']} / {c['scenario']}: this run {mine[(c['op'], c['scenario'])]['status']}, "
+differ = [f"{c['op']} / {c['scenario']}: the matrix {mine[(c['op'], c['scenario'])]['status']}, "
           f"the study {c['status']}" for c in compiled["registered_row"]
           if (c["op"], c["scenario"]) in mine and mine[(c["op"], c["scenario"])]["status"] != c["status"]]
-print("cells where this run's compiled row and the study's differ:", *differ or ["none"], sep="\n  ")
+print("cells where the matrix's compiled row and the study's differ:", *differ or ["none"], sep="\n  ")
 assert row["fixes"] == sum(c["status"] == "pass" and c["mechanism_ran"] for c in compiled["registered_row"])
 
 # %% [markdown]
@@ -291,7 +292,7 @@ assert sum(sum(k["cells"].values()) for k in kinds) == len(failing)
 # %%
 drops = compiled_answer.drop_control(compiled)
 for d in drops:
-    print(f"{d['backward']:22s} {d['backend']:10s} eager: {d['eager']:20s} compiled: {d['compiled']}")
+    print(fit(f"{d['backward']:22s} {d['backend']:10s} eager: {d['eager']:20s} compiled: {d['compiled']}"))
 assert all(not p["function_in_graph"] for p, d in zip(compiled["drop_probe"], drops) if d["dropped"])
 
 # %% [markdown]
@@ -310,7 +311,7 @@ for c in compiled_answer.cost(compiled):
 
 # %%
 assert all(row[c.name] is None for c in review.CRITERIA if c.timing)
-notes = (decision if live_row else review.decision(saved)).notes
+notes = review.decision(evidence).notes
 assert any("`compiled`'s timings are not measured" in n and "data/compiled.json" in n for n in notes)
 
 # %% [markdown]
@@ -319,20 +320,28 @@ assert any("`compiled`'s timings are not measured" in n and "data/compiled.json"
 # Core would not run formulas in Python, so the question is what each mechanism costs by itself.
 # `funcbwd_lab.studies.review.cpp_cost` keeps the Python floor (any formula in Python, `handfixed` /
 # `builtin`) apart from functionalization's own cost, measured on torch's own C++ nodes (the OpInfo
-# sweep's cost entries, `traced_backward`'s graphs) or in runs whose two arms are both Python.
-# Every figure has its basis, its assumptions and what would falsify it:
+# sweep's cost entries, `traced_backward`'s graphs) or in runs whose two arms are both Python. The
+# RFC's answer (`docs/rfc.md`, generated from the saved data; the next cells check it is current),
+# with every figure's basis, assumptions and falsifier a click away:
 
 # %%
-from funcbwd_lab.studies.review import cpp_cost
+from funcbwd_lab.studies.review import cpp_cost, rfc
+from funcbwd_lab.views import markup
 
-cpp_inputs = cpp_cost.load_inputs(DATA)
-estimates = cpp_cost.estimates(cpp_inputs, saved.to_dict())
-print(cpp_cost.text(estimates, cpp_inputs))
+rfc_text = rfc.document(rfc.load(DATA))
+assert rfc_text == open(os.path.join("..", "docs", "rfc.md")).read(), \
+    "docs/rfc.md is stale: python -m funcbwd_lab rfc --out docs/rfc.md --force"
+costs = markup.section(rfc_text, "## What it costs", keep_heading=False)
+head, _, figures = costs.partition("\n### ")  # the headline, then one part per candidate
+shown = head + "\n" + markup.collapsed("Every figure: its basis, assumptions and falsifier", "### " + figures)
+display.markdown(markup.resolve_links(shown, rfc_text, document="docs/rfc.md", here="notebooks"))
 
 # %% [markdown]
 # The figures are read from the same saved bench run as the decision's timing columns:
 
 # %%
+cpp_inputs = cpp_cost.load_inputs(DATA)
+estimates = cpp_cost.estimates(cpp_inputs, saved.to_dict())
 by = {}  # each candidate's first figure: its batched cost
 for e in estimates:
     by.setdefault(e.candidate, e)
@@ -342,20 +351,14 @@ assert by["python floor"].value == saved.strategies["handfixed"]["cost_vs_builti
 # %% [markdown]
 # ## "What would the PR look like?"
 #
-# `python -m funcbwd_lab rfc --out docs/rfc.md --force` writes the pick as an RFC: the files core would change
-# (the generated `Node::apply`'s entry point, where the functionalized graphs are generated and
-# cached), the functorch expected failures it retires (from the OpInfo sweep's
-# `data/coverage.json.gz`, "not yet measured" until it is saved), the hand-written branches it
-# deletes, and its cost on one basis next to the bench's targets. The committed
-# [docs/rfc.md](../docs/rfc.md) is a generation from the saved data; is it current?
+# `python -m funcbwd_lab rfc --out docs/rfc.md --force` writes the pick as an RFC: the files core
+# would change (the generated `Node::apply`'s entry point, where the functionalized graphs are
+# generated and cached), the functorch expected failures it retires (from the OpInfo sweep's
+# `data/coverage.json.gz`), the hand-written branches it deletes, and its cost on one basis next
+# to the bench's targets. Its proposal, from the committed [docs/rfc.md](../docs/rfc.md):
 
 # %%
-from funcbwd_lab.studies.review import rfc
-
-rfc_text = rfc.document(rfc.load(DATA))
-assert rfc_text == open(os.path.join("..", "docs", "rfc.md")).read(), \
-    "docs/rfc.md is stale: python -m funcbwd_lab rfc --out docs/rfc.md --force"
-print(rfc_text[rfc_text.index("## What it costs"):rfc_text.index("### The Python floor")])
+display.document_part(rfc_text, "## The change in core", document="docs/rfc.md")
 
 # %% [markdown]
 # ## The review's ten objections
@@ -363,8 +366,17 @@ print(rfc_text[rfc_text.index("## What it costs"):rfc_text.index("### The Python
 # Read as a core maintainer would, the RFC drew ten objections (issue 28): "fixes" that are only
 # speed entries, tensor subclasses, torch.compile around the tool, the pick resting on
 # `aten::copy`'s missing rules, compiled autograd, what it breaks, cache keys, the C++ cost,
-# threads, forward mode. The RFC answers each from saved data (or says "unknown, because"); the
-# table links each answer to its evidence:
+# threads, forward mode. The RFC answers each from saved data (or says "unknown, because"); each
+# row links to its answer in the RFC and to the data it rests on:
 
 # %%
-print(rfc_text[rfc_text.index("## The ten objections"):rfc_text.index("[o1]:")])
+display.document_part(rfc_text, "## The ten objections", until="### 1. ", document="docs/rfc.md")
+
+# %% [markdown]
+# ## Conclusion
+#
+# The RFC's summary: the pick and why, what it costs, what it does not fix, and where the
+# objections and the small PRs the evidence supports today are answered:
+
+# %%
+display.document_part(rfc_text, "## Summary", document="docs/rfc.md")

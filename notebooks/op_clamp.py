@@ -36,14 +36,14 @@ import os
 # timestamped and go straight to stderr, out of the stored outputs. Python warnings are unaffected.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
+from funcbwd.errors import first_line
+from funcbwd_lab.ops import registry
+from funcbwd_lab.run import outcomes, runner, scenarios
+from funcbwd_lab.strategies import available
 from funcbwd_lab.studies.graphs import graphs
 from funcbwd_lab.studies.trace import trace
-from funcbwd_lab.ops import registry
-from funcbwd.errors import first_line
-from funcbwd_lab.run import outcomes, runner, scenarios
-from funcbwd_lab.studies.matrix import matrix
+from funcbwd_lab.tables import fit
 from funcbwd_lab.views import display
-from funcbwd_lab.strategies import available
 
 display.setup_notebook()
 OP = "clamp"
@@ -52,13 +52,15 @@ spec = registry.get_op(OP)
 # %% [markdown]
 # ## The verdict
 #
-# Every sample of `clamp`, in every scenario, under every strategy
-# (`funcbwd_lab.studies.matrix.matrix.run_matrix(ops=[OP])`, shown in chapter 3), and the verdict
-# `funcbwd_lab.views.display.verdict(OP, results)` generates from it:
+# Every sample of `clamp`, in every scenario, under every strategy, read from the saved matrix run
+# (`data/matrix-test-ops.json`, which the tests keep equal to a fresh run; shown in chapter 3), and
+# the verdict `funcbwd_lab.views.display.verdict(OP, results)` generates from it. To run the
+# cells here instead, set `RECOMPUTE = True` (a minute or two).
 
 # %%
-results = matrix.run_matrix(ops=[OP])
-assert {r.strategy for r in results} == set(matrix.default_strategies())  # compiled: slow, runs when named
+RECOMPUTE = False
+results = display.matrix_results([OP], recompute=RECOMPUTE)
+assert {r.strategy for r in results} == set(available())
 display.verdict(OP, results)
 
 # %% [markdown]
@@ -103,7 +105,7 @@ for batched in itertools.product((False, True), repeat=3):
     loop = torch.stack([grad_self(*[a[i] if b else a for a, b in zip(args, batched)]) for i in range(2)])
     assert torch.equal(fixed, loop)
     print(f"{'+'.join(n for n, b in zip(('self', 'min', 'max'), batched) if b):14s} {as_written:12s} = loop")
-print("\n".join(raised.values()))
+print(fit("\n".join(raised.values())))
 # only max batched: the target (self >= min) is unbatched, the operand (self <= max) batched
 assert list(raised) == [(False, False, True)]
 
@@ -115,13 +117,10 @@ assert list(raised) == [(False, False, True)]
 # op runs torch's forward and this backward.
 
 # %%
-print("op:        ", spec.name, f"[{spec.group}]")
-print("schema:    ", spec.schema)
-print("legacy:    ", spec.source)
-print("fixed by:  ", spec.fixed_by)
-print("samples:   ", "; ".join(s.name for s in spec.samples()))
-if spec.notes:
-    print("note:      ", spec.notes)
+facts = {"op": f"{spec.name} [{spec.group}]", "schema": spec.schema, "legacy": spec.source,
+         "fixed by": spec.fixed_by, "samples": "; ".join(s.name for s in spec.samples()),
+         "note": spec.notes}
+print("\n".join(fit(f"{k + ':':11s} {v}") for k, v in facts.items() if v))
 assert spec.name == OP and spec.samples()
 
 # %%
@@ -141,8 +140,8 @@ cells = (runner.run(OP, sc, "plain", smp) for sc in search for smp in spec.sampl
 failing = next((cell for cell in cells if cell.status != "pass"), None)
 assert failing is not None, "the legacy formula passes everywhere: nothing to reproduce"
 print(f"first failing cell: sample {failing.sample!r}, scenario {failing.scenario}")
-print(f"status: {failing.status} ({failing.reason}: {outcomes.REASONS[failing.reason]})")
-print("error:", failing.error_class + ":", first_line(failing.message, 200))
+print(fit(f"status: {failing.status} ({failing.reason}: {outcomes.REASONS[failing.reason]})"))
+print(fit(f"error: {failing.error_class}: {first_line(failing.message, 200)}"))
 
 # %% [markdown]
 # The dispatch-key trace of that cell (`funcbwd_lab.studies.trace.trace.trace`): each torch call the formula made,
@@ -152,20 +151,21 @@ print("error:", failing.error_class + ":", first_line(failing.message, 200))
 
 # %%
 t = trace.trace(OP, "plain", failing.scenario, failing.sample)
-print(f"{len(t.calls)} formula call(s) under a transform; showing the last")
-print(dataclasses.replace(t, calls=t.calls[-1:]).text())
 assert t.status == failing.status and t.reason == failing.reason
+print(f"{len(t.calls)} formula call(s) under a transform; showing the last")
+display.long_text(fit(dataclasses.replace(t, calls=t.calls[-1:]).text()), head=7,
+                  summary="each torch call of that formula call, the failing one marked")
 
 # %% [markdown]
 # ## 3. Every strategy in every scenario
 #
-# The run the verdict above comes from (`funcbwd_lab.studies.matrix.matrix.run_matrix(ops=[OP])`):
-# every sample of the op, in every scenario, under every strategy, each compared with a per-sample
-# loop over plain autograd (atol = rtol = 1e-4). A cell shows the worst sample; `k/n` is how many
-# samples passed.
+# The run the verdict above comes from: every sample of the op, in every scenario, under every
+# strategy, each compared with a per-sample loop over plain autograd (atol = rtol = 1e-4). The
+# decision's pick (`display.saved_decision()`, the README's) is marked; the legend under the table
+# says what each mark means.
 
 # %%
-display.matrix_table(results, caption=f"{OP}: status per scenario and strategy")
+display.matrix_table(results, pick=display.saved_decision().pick)
 
 # %% tags=["nbval-ignore-output"]
 display.matrix_heatmap(results, title=f"{OP}: scenario x strategy (hover for reasons)")
@@ -182,8 +182,8 @@ for r in results:
 ran = [st for st in available() if st in {r.strategy for r in results}]
 for st in ran:
     if st in fallback:
-        print(f"{st:12s} {', '.join(sorted(fallback[st]))}")
-print("no fallback:", ", ".join(st for st in ran if st not in fallback) or "(none)")
+        print(fit(f"{st:12s} {', '.join(sorted(fallback[st]))}"))
+print(fit("no fallback: " + (", ".join(st for st in ran if st not in fallback) or "(none)")))
 
 
 # %% [markdown]
@@ -197,9 +197,9 @@ print("no fallback:", ", ".join(st for st in ran if st not in fallback) or "(non
 captures = {form: graphs.capture(OP, form) for form in ("plain", "functionalized", "traced")}
 for form, cap in captures.items():
     if cap.ok:
-        print(f"{form:15s} {len(cap.nodes)} ops: {', '.join(cap.op_names())}")
+        print(fit(f"{form:15s} {len(cap.nodes)} ops: {', '.join(cap.op_names())}"))
     else:
-        print(f"{form:15s} capture failed: {first_line(cap.error, 150)}")
+        print(fit(f"{form:15s} capture failed: {first_line(cap.error, 150)}"))
 # A capture may only fail on data-dependent control flow (make_fx with fake tensors cannot branch
 # on values); anything else would be a bug in the graph tools.
 assert all(c.ok or "data-dependent" in c.error for c in captures.values())
@@ -207,7 +207,7 @@ assert all(c.ok or "data-dependent" in c.error for c in captures.values())
 # %%
 for a, b in (("plain", "functionalized"), ("functionalized", "traced")):
     if captures[a].ok and captures[b].ok:
-        print(graphs.diff(OP, a, b).unified() or f"{a} and {b} graphs are identical", "\n")
+        print(fit(graphs.diff(OP, a, b).unified() or f"{a} and {b} graphs are identical") + "\n")
     else:
         print(f"no diff {a} -> {b}: a capture failed (see above)\n")
 
@@ -218,7 +218,7 @@ for a, b in (("plain", "functionalized"), ("functionalized", "traced")):
 # %%
 for vmapped in (False, True):
     print(f"vmap={vmapped}")
-    print(graphs.format_copy_table(graphs.copy_table(ops=[OP], vmap=vmapped)), "\n")
+    print(fit(graphs.format_copy_table(graphs.copy_table(ops=[OP], vmap=vmapped))) + "\n")
 
 # %% [markdown]
 # ## 5. Overhead and copies, measured

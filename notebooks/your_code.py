@@ -19,30 +19,35 @@
 # Two tools for the "vmap: inplace arithmetic ... is not possible" family. First
 # `funcbwd.vmap` / `funcbwd.allow_inplace()`, which need no change to the code: torch's own vmap
 # first, and only where that raises an in-place error a mode that makes a tensor batched when a
-# per-sample value is first written into it (functorch#1025's "lazy" option). It is measured on
-# 40 cases re-created from public libraries (`lib/funcbwd_lab/studies/yourcode/cases/`). Then the
-# decorator, `funcbwd.functionalized` (the workbench's `traced` recommendation as a tool), on
-# the public reports it was built on (`lib/funcbwd_lab/studies/yourcode/issue_cases.py`), each result
+# per-sample value is first written into it (functorch#1025's "lazy" option). It is measured on a
+# corpus of cases re-created from public libraries (`lib/funcbwd_lab/studies/yourcode/cases/`,
+# counted where it is shown). Then the decorator, `funcbwd.functionalized` (the workbench's
+# `traced` recommendation as a tool), on the public reports it was built on
+# (`lib/funcbwd_lab/studies/yourcode/issue_cases.py`), each result
 # checked against a per-sample loop of the function as written and against torch's own gradient
 # of an out-of-place rewrite; what `python -m funcbwd doctor` says, the cache's bound, and the
 # saved measurements.
 
 # %% [markdown]
-# Setup: the cases and the evaluation come from the library; warnings of torch's slow vmap
-# fallback are noise here (the plain runs fail anyway).
+# Setup: the cases and the evaluation come from the library. funcbwd's own warnings show (e.g.
+# `funcbwd.PerSampleLoopWarning` when a call runs once per batch entry); of torch's, only vmap's
+# slow-fallback performance notice is silenced (`display.setup_notebook`: the plain runs it
+# concerns fail anyway, and the tables record the fallback).
 
 # %%
 import inspect
-import warnings
 
 import torch
 
 import funcbwd
+from funcbwd.errors import first_line
 from funcbwd_lab.studies.yourcode import issue_cases as cases
+from funcbwd_lab.tables import fit, shorten
+from funcbwd_lab.views import display
 
-warnings.simplefilter("ignore")
-torch.manual_seed(0)
-print(f"torch {torch.__version__}; {len(cases.CASES)} cases; transforms: {', '.join(cases.TRANSFORMS)}")
+display.setup_notebook()
+print(fit(f"torch {torch.__version__}; {len(cases.CASES)} public reports the decorator was built on; "
+          f"transforms: {', '.join(cases.TRANSFORMS)}"))
 
 # %% [markdown]
 # ## No code change: `funcbwd.vmap`
@@ -62,7 +67,7 @@ xs = torch.randn(8, 4)
 try:
     torch.func.vmap(torch.func.jacrev(sqrt_case.fn(identity)))(xs)
 except RuntimeError as e:
-    print("torch.func.vmap:", str(e)[:90])
+    print("torch.func.vmap:", shorten(first_line(str(e)), 80))
 jac = funcbwd.vmap(torch.func.jacrev(sqrt_case.fn(identity)))(xs)
 want = torch.stack([torch.autograd.functional.jacobian(sqrt_case.rewrite, x) for x in xs])
 assert torch.allclose(jac, want)
@@ -77,7 +82,7 @@ print("funcbwd.vmap: equal to the per-sample loop of torch's autograd on the rew
 # %%
 for name in ("pytorch3d:_sqrt_positive_part", "entmax:SparsemaxFunction"):
     case = CASES[name]
-    print(f"{name}: {case.source}")
+    print(fit(f"{name}: {case.source}"))
     for t in ("vmap", "vmap_vjp", "vmap_jacrev", "jacfwd", "hessian", "vmap_vmap"):
         if t in case.undefined:
             print(f"  {t:<12} not defined: {case.undefined[t][:70]}")
@@ -88,7 +93,7 @@ for name in ("pytorch3d:_sqrt_positive_part", "entmax:SparsemaxFunction"):
         assert mode == "ok"
 
 # %% [markdown]
-# ## On 40 cases from public libraries
+# ## On the corpus of public libraries' code
 #
 # The saved run (`data/yourcode-corpus.json`, `python -m funcbwd_lab.studies.yourcode.run`): every
 # case under every transform with each mechanism: plain torch.func, the decorator, the two
@@ -148,14 +153,14 @@ print(jac.shape, f.cache_info())
 # %%
 def show(name):
     case = cases.CASES[name]
-    print(f"{case.name}: {case.citation}\n  {case.what}")
+    print(fit(f"{case.name}: {case.citation}"), fit(f"  {case.what}"), sep="\n")
     rows = [cases.evaluate(case, t) for t in cases.TRANSFORMS]
     for r in rows:
         if not r["defined"]:
-            print(f"  {r['transform']:<12} not defined: {r['why']}")
+            print(fit(f"  {r['transform']:<12} not defined: {r['why']}"))
             continue
         print(f"  {r['transform']:<12} plain {r['plain']:<4}  wrapped {r['wrapped']:<4}  "
-              f"vs loop {r['vs_loop']:<3}  vs torch {r['vs_torch']:<3}  {r['plain_error'][:44]}")
+              f"vs loop {r['vs_loop']:<3}  vs torch {r['vs_torch']:<3}  {shorten(r['plain_error'], 30)}")
     return {r["transform"]: r for r in rows}
 
 
@@ -236,7 +241,7 @@ args = (torch.randn(5, 6), torch.randn(5, 6))
 rows = report.diagnose(cases.zeros_then_item_assignment, args, ["vmap", "jacrev", "jacfwd"])
 text = report.render("funcbwd_lab.studies.yourcode.issue_cases:zeros_then_item_assignment", rows,
                      report.graph_diff(cases.zeros_then_item_assignment, args))
-print(text)
+print(fit(text))
 assert "lib/funcbwd_lab/studies/yourcode/issue_cases.py:" in text
 assert "mat[0, 0] = mat[0, 1] + x[0, 0]" in text
 assert all(r.wrapped.ok for r in rows) and not rows[0].plain.ok
@@ -274,5 +279,5 @@ from pathlib import Path
 from funcbwd_lab.studies.yourcode import bench
 
 saved = json.loads(Path("../data/yourcode-bench.json").read_text())
-print(bench.render(saved))
+print(fit(bench.render(saved)))
 assert saved["meta"]["torch"] == torch.__version__ and not saved["meta"]["quick"]

@@ -1,4 +1,5 @@
-"""Opening the workbench's notebooks in JupyterLab modifies nothing, and no news prompt appears.
+"""Opening the workbench's notebooks in JupyterLab modifies nothing, no news prompt appears, and
+every notebook as stored reads at 1280 px.
 
 A person runs ``make lab``, opens notebooks, reads them and closes the browser: no notebook may be
 marked modified, autosave may write no file, and JupyterLab must not ask "Would you like to get
@@ -12,6 +13,13 @@ ticks, and asserts: nothing happened to any notebook after it loaded (no metadat
 dirty, no save; model and tab), the server saved nothing, every file hash is unchanged, and no news
 prompt is on the page. A run without the project's configuration shows the prompt
 (``test_the_prompt_check_can_fail``), so the prompt check can fail.
+
+The same session, at 1280x900 with the file browser open (as ``make lab`` opens), reads each
+notebook while its batch waits for the autosave ticks: tests/test_browser_layout.py's detectors
+(hidden or clipped columns, unrendered Markdown, mid-word breaks, walls, CSS JupyterLab's
+sanitizer takes from a stored output) over every cell, laid out at once (windowing off). A copy of
+a notebook broken each way is opened with the others, and each detector must report its cell
+(``test_a_broken_notebook_is_caught``).
 
 Two fast tests (no browser) check the causes directly: the stored kernelspec of every notebook pair
 is the one JupyterLab starts, and binder/start applies jupyter_config/ as `make lab` does.
@@ -34,6 +42,7 @@ from pathlib import Path
 import pytest
 
 import test_browser as tb
+import test_browser_layout as layout
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "jupyter_config"
@@ -61,7 +70,10 @@ RECORD = """(path) => {
 }"""
 CLOSE = """(paths) => { for (const w of [...window.jupyterapp.shell.widgets('main')])
   if (w.context && paths.includes(w.context.path)) w.dispose(); }"""
+AUTOSAVE = """async (on) => { const id = 'docmanager:toggle-autosave', c = window.jupyterapp.commands;
+  if (c.isToggled(id) !== on) await c.execute(id); }"""
 BATCH = 4  # notebooks open at once (each starts a kernel)
+BROKEN = "zz_broken_on_purpose.ipynb"  # the mutation, opened with the others (last)
 
 
 def _hashes(folder: Path) -> dict[str, str]:
@@ -109,15 +121,19 @@ def _start(page, base: str) -> None:
 def open_all_and_settle(root: Path, tmp: Path, monkeypatch) -> dict:
     """Serve ``root`` with the project's configuration and open every notebook under it, BATCH at
     a time: open, wait until each one's kernel is idle and then past two autosave ticks, record
-    what the page shows, close them and shut their kernels down. Returns what was seen."""
+    what the page shows, read each as stored at 1280x900 (tests/test_browser_layout.py's
+    detectors; autosave off meanwhile), close them and shut their kernels down. Returns what was
+    seen."""
     monkeypatch.setattr(tb, "write_lab_settings", _autosave_settings)
     monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(CONFIG))
     paths = sorted(f"notebooks/{p.name}" for p in (root / "notebooks").glob("*.ipynb"))
     t0 = time.monotonic()
-    panels = []
-    with tb.jupyterlab(root, tmp / "jupyter") as base, tb.chromium_page(tmp / "chromium") as page:
+    panels, read = [], {}
+    with tb.jupyterlab(root, tmp / "jupyter") as base, \
+            tb.chromium_page(tmp / "chromium", width=layout.WIDTH, height=layout.HEIGHT) as page:
         try:
             _start(page, base)
+            page.evaluate("() => window.jupyterapp.shell.expandLeft()")  # as `make lab` opens
             for i in range(0, len(paths), BATCH):
                 batch = paths[i:i + BATCH]
                 for path in batch:
@@ -132,7 +148,14 @@ def open_all_and_settle(root: Path, tmp: Path, monkeypatch) -> dict:
                 panels += [p for p in page.evaluate(PANELS) if p["path"] in batch]
                 if i == 0:
                     tb.shot(page, "open_notebooks_first_batch.png")
+                # Read each as stored, autosave off: laying out every cell at once draws every
+                # plotly figure, which marks the notebook modified (jupyterlab-plotly adds a PNG
+                # snapshot to the output; the save hook drops it again): no part of opening.
+                page.evaluate(AUTOSAVE, False)
+                for path in batch:
+                    read[path] = layout.read_open(page, path)
                 page.evaluate(CLOSE, batch)
+                page.evaluate(AUTOSAVE, True)
                 for session in _sessions(base, batch):
                     tb.http(f"{base}/api/sessions/{session['id']}", method="DELETE")
             news = page.evaluate(f"() => document.body.innerText.includes({NEWS_PROMPT!r})")
@@ -141,17 +164,29 @@ def open_all_and_settle(root: Path, tmp: Path, monkeypatch) -> dict:
                 print("screenshot of the failure:", tb.shot(page, "open_all_failure.png"))
             raise
     saves = [ln for ln in (tmp / "jupyter" / "jupyterlab.log").read_text().splitlines() if "Saving" in ln]
-    return {"panels": panels, "news_prompt": news, "saves": saves, "paths": paths,
+    return {"panels": panels, "news_prompt": news, "saves": saves, "paths": paths, "read": read,
             "seconds": round(time.monotonic() - t0, 1)}
 
 
-@pytest.mark.browser
-def test_opening_every_notebook_modifies_nothing(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def opened(tmp_path_factory):
+    """One session for the module: a copy of every notebook and the broken one, opened."""
     tb.chromium_or_skip()
-    root = _copy_notebooks(tmp_path)
+    tmp = tmp_path_factory.mktemp("open")
+    root = _copy_notebooks(tmp)
+    where = layout.broken_notebook(ROOT / "notebooks" / "your_code.ipynb", root / "notebooks" / BROKEN)
     before = _hashes(root / "notebooks")
-    seen = open_all_and_settle(root, tmp_path, monkeypatch)
-    print(f"opened {len(seen['paths'])} notebooks in {seen['seconds']} s")
+    with pytest.MonkeyPatch.context() as mp:
+        seen = open_all_and_settle(root, tmp, mp)
+    print(f"opened and read {len(seen['paths'])} notebooks in {seen['seconds']} s")
+    tb.OUTPUT.mkdir(parents=True, exist_ok=True)
+    (tb.OUTPUT / "stored_layout.json").write_text(json.dumps(seen["read"], indent=1))
+    return {**seen, "root": root, "before": before, "where": where}
+
+
+@pytest.mark.browser
+def test_opening_every_notebook_modifies_nothing(opened):
+    seen, root, before = opened, opened["root"], opened["before"]
     assert len(seen["panels"]) == len(seen["paths"]) >= 10, seen["panels"]
     assert sorted(p["path"] for p in seen["panels"]) == seen["paths"]
     dirty = {p["path"]: p["events"] for p in seen["panels"] if p["dirty"] or p["tab"] or p["events"]}
@@ -161,6 +196,25 @@ def test_opening_every_notebook_modifies_nothing(tmp_path, monkeypatch):
     changed = [name for name, h in _hashes(root / "notebooks").items() if before.get(name) != h]
     assert not changed, f"files changed on disk: {changed}"
     assert not seen["news_prompt"], "JupyterLab asked about Jupyter news despite jupyter_config/"
+
+
+@pytest.mark.browser
+def test_every_notebook_as_stored_reads_at_1280px(opened):
+    """issue 36: opened without running, at 1280x900 with the file browser open, no notebook
+    hides or clips a column, shows Markdown as text, cuts a word, runs for screens, or loses CSS
+    to the sanitizer (its stored output rendering otherwise than the run one did)."""
+    read = {p: r for p, r in opened["read"].items() if not p.endswith(BROKEN)}
+    assert len(read) >= 10 and all(r["cells"] > 3 for r in read.values()), read
+    bad = {path: layout.problems(r) for path, r in read.items() if layout.problems(r)}
+    assert not bad, "as stored, at 1280x900 with the file browser open:\n" + "\n".join(
+        f"{path}:\n  " + "\n  ".join(lines[:10]) for path, lines in bad.items())
+
+
+@pytest.mark.browser
+def test_a_broken_notebook_is_caught(opened):
+    """Mutation: a copy of a real notebook with one output broken each way; each detector reports
+    the cell broken its way (tests/test_browser_layout.py's ``broken_notebook``)."""
+    layout.check_broken(opened["read"][f"notebooks/{BROKEN}"], opened["where"])
 
 
 @pytest.mark.browser

@@ -2,8 +2,9 @@
 (the same calls the notebooks and ``funcbwd_lab.views.report`` make), each is checked from its layout
 by :func:`funcbwd_lab.figstyle.layout_problems`: no annotation without text (plotly draws its
 "new text" placeholder there), no title wider than its room at the width a 1280 px screen gives a
-figure (:data:`funcbwd_lab.figstyle.SCREEN_WIDTH`), and room between panels for the tick labels,
-axis titles and subplot titles that sit there. Mutations prove each check can fail.
+figure (:data:`funcbwd_lab.figstyle.SCREEN_WIDTH`), room between panels for the tick labels,
+axis titles and subplot titles that sit there, and every tick of a log axis labelled in full.
+Mutations prove each check can fail.
 
 Fast (no kernel, no browser): about two seconds.
 """
@@ -93,6 +94,21 @@ def test_no_chart_has_an_annotation_without_text(all_charts):
 
 
 # ------------------------------------------------------------------------------ the checks can fail
+def test_a_log_axis_labelled_by_plotly_is_found_and_log_ticks_fix_it():
+    """issue 36: plotly labels the ticks between decades of a log axis with their first digit (a
+    "2" above "10" that means 20); every log axis must carry :func:`figstyle.log_ticks`."""
+    fig = go.Figure(go.Scatter(x=[1, 8, 64, 512], y=[0.8, 1.1, 1.6, 2.4]))
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    assert sum("log axis" in p for p in figstyle.layout_problems(fig)) == 2
+    for axis, values in ((fig.update_xaxes, [1, 8, 64, 512]), (fig.update_yaxes, [0.8, 2.4])):
+        ticks, labels = figstyle.log_ticks(values)
+        axis(tickvals=ticks, ticktext=labels)
+    assert not [p for p in figstyle.layout_problems(fig) if "log axis" in p]
+    assert figstyle.log_ticks([0.8, 2.4]) == ([0.7, 1.0, 1.5, 2.0, 3.0], ["0.7", "1", "1.5", "2", "3"])
+    assert figstyle.log_ticks([0.05, 600])[1][:4] == ["0.05", "0.1", "0.2", "0.5"]  # wide: 1-2-5
+
+
 def test_an_empty_annotation_is_found():
     fig = go.Figure(go.Scatter(x=[1], y=[1]))
     fig.add_hline(y=1, annotation_position="top left")  # what plots.py used to do: no text

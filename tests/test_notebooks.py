@@ -2,7 +2,9 @@
 
 Executing and comparing the notebooks is nbval's job (see README); these tests catch what nbval
 silently passes: unexecuted cells, .py/.ipynb pairs out of sync, op notebooks that drifted from
-their template, huge outputs, stored widget state, and plotly/widget output in compared cells.
+their template, huge outputs, stored widget state, plotly/widget output in compared cells, and
+stored text wider than 100 columns (JupyterLab breaks such a line anywhere, mid-word included, on
+a 1280 px screen; tests/test_browser_layout.py measures the rendered page).
 """
 
 from __future__ import annotations
@@ -77,6 +79,41 @@ def test_no_errors_and_outputs_small(path):
             assert out.output_type != "error", f"{path.name}: {out.get('ename')}: {out.get('evalue')}"
             size = len(json.dumps(out))
             assert size < MAX_OUTPUT_BYTES, f"{path.name}: a {size}-byte output in cell {cell.source[:60]!r}"
+
+
+TEXT_WIDTH = 100  # columns: the house rule for text output; 783 px in JupyterLab's 13 px monospace
+
+
+def too_wide(path: Path, width: int = TEXT_WIDTH) -> list[str]:
+    """Lines of ``path``'s stored text outputs (streams, and text/plain where it is what shows)
+    wider than ``width`` columns."""
+    out = []
+    for i, cell in enumerate(_code_cells(path)):
+        for o in cell.outputs:
+            data = o.get("data", {})
+            shown = o.get("text") if o.output_type == "stream" else (
+                data.get("text/plain") if not set(data) - {"text/plain"} else None)
+            for line in (shown or "").splitlines():
+                if len(line) > width:
+                    out.append(f"code cell {i}: {len(line)} columns: {line[:70]!r}")
+    return out
+
+
+@pytest.mark.parametrize("path", IPYNBS, ids=lambda p: p.stem)
+def test_stored_text_fits_100_columns(path):
+    wide = too_wide(path)
+    assert not wide, f"{path.name}: text wider than {TEXT_WIDTH} columns (wrap it: tables.fit):\n" + "\n".join(wide[:8])
+
+
+def test_a_wide_line_is_caught(tmp_path):
+    cell = nbformat.v4.new_code_cell("print(...)")
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="x " * 60 + "\n")]
+    nbformat.write(nb, tmp_path / "wide.ipynb")
+    assert len(too_wide(tmp_path / "wide.ipynb")) == 1
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="x " * 45 + "\n")]
+    nbformat.write(nb, tmp_path / "fits.ipynb")
+    assert too_wide(tmp_path / "fits.ipynb") == []
 
 
 @pytest.mark.parametrize("path", IPYNBS, ids=lambda p: p.stem)
@@ -178,7 +215,7 @@ def test_verdict_rejects_unknown_op():
 def test_matrix_table_text_is_the_library_table():
     table = display.matrix_table(SYNTHETIC)
     assert repr(table) == format_table(SYNTHETIC)
-    assert table._repr_html_().count("<tr>") == 1 + 2  # header + two scenarios
+    assert table._repr_html_().count("<tr") == 1 + 2  # header + two scenarios
     assert "slow fallback for: aten::copy" in table._repr_html_()
 
 
@@ -193,7 +230,7 @@ def test_heatmap_hover_names_reason_and_fallback():
 def test_formula_source_cites_history():
     src = display.formula_source("index_select")
     assert "index_add_" in repr(src) and "pytorch#77578" in repr(src)
-    assert "```python" in src._repr_markdown_()
+    assert "<pre" in src._repr_html_() and "index_add_" in src._repr_html_()
 
 
 def test_setup_notebook_uses_mimetype_renderer():

@@ -1,6 +1,9 @@
 """``python -m funcbwd_lab report``: one self-contained HTML file with every section, no URL that a
 browser would fetch, plotly.js embedded once; and (marker ``browser``) it renders in Chromium
-offline with the plotly heatmap drawn."""
+offline with the plotly heatmap drawn, and reads at 1280 px: the detectors of
+tests/test_browser_layout.py (hidden or clipped columns, unrendered Markdown, words cut
+mid-word) find nothing with every ``<details>`` open, and find each fault in a copy of the report
+broken that way."""
 
 from __future__ import annotations
 
@@ -18,7 +21,6 @@ from funcbwd_lab.views import report
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "test-output" / "report"
 OPS = ["diag"]
-STRATEGIES = "plain,per_formula"
 
 
 STDERR: dict[str, str] = {}  # what the report command printed on stderr, by fixture
@@ -26,15 +28,15 @@ STDERR: dict[str, str] = {}  # what the report command printed on stderr, by fix
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """A small report (one op, first sample, two strategies) written by ``python -m funcbwd_lab
-    report`` in a fresh interpreter from the repository (its ``data/``); keeps what it printed on
-    stderr (``built_stderr``)."""
+    """A small report (one op, first sample, every strategy: the matrix as wide as the full one,
+    the pick's trace) written by ``python -m funcbwd_lab report`` in a fresh interpreter from the
+    repository (its ``data/``); keeps what it printed on stderr (``built_stderr``)."""
     import subprocess
     import sys
 
     out = tmp_path_factory.mktemp("report") / "report.html"
     done = subprocess.run([sys.executable, "-m", "funcbwd_lab", "report", "--ops", ",".join(OPS), "--quick",
-                           "--strategies", STRATEGIES, "--quiet", "--out", str(out)],
+                           "--quiet", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     STDERR["built"] = done.stderr
     return done.returncode, out, out.read_text(encoding="utf-8")
@@ -188,15 +190,30 @@ def test_bad_op_names_the_valid_choices(capsys):
     assert "no_such_op" in err and "diag" in err
 
 
-@pytest.mark.browser
-def test_report_renders_offline_in_chromium(built, tmp_path):
+def _load(name: str):
+    """A test module loaded by path (any pytest import mode)."""
     import importlib.util
 
-    # the same Chromium launch as the JupyterLab test (loaded by path: any pytest import mode)
-    spec = importlib.util.spec_from_file_location("_funcbwd_test_browser", ROOT / "tests" / "test_browser.py")
-    browser = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(browser)
+    spec = importlib.util.spec_from_file_location(f"_funcbwd_{name}", ROOT / "tests" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
+
+def read_page(page) -> dict[str, list]:
+    """What the detectors of tests/test_browser_layout.py find in the report's main column, with
+    every ``<details>`` open."""
+    layout = _load("test_browser_layout")
+    page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
+    page.wait_for_timeout(500)
+    return {kind: page.evaluate(f"() => ({js})(document.querySelector('main'))")
+            for kind, js in (("hidden", layout.HIDDEN), ("cuts", layout.MIDWORD_CUTS),
+                             ("raw", layout.RAW_MARKDOWN))}
+
+
+@pytest.mark.browser
+def test_report_renders_offline_in_chromium(built, tmp_path):
+    browser = _load("test_browser")  # the same Chromium launch as the JupyterLab tests
     _, path, _ = built
     fetched: list[str] = []
 
@@ -220,35 +237,57 @@ def test_report_renders_offline_in_chromium(built, tmp_path):
         # The decision is on the first screen, before any scrolling.
         top = page.evaluate("() => document.querySelector('#decision .funcbwd-decision').getBoundingClientRect().top")
         assert 0 <= top < 900 - 150, f"the decision block starts at y={top:.0f}, below the first screen"
-        # Nothing is wider than the page at 1280 px, with every collapsed part (traces, graph
-        # diffs, tables) opened.
-        page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
-        page.wait_for_timeout(500)
+        # At 1280 px, with every collapsed part (traces, graph diffs, tables) opened: nothing
+        # wider than the page, nothing hidden or clipped, no raw Markdown, no word cut.
+        seen = read_page(page)
         wide = page.evaluate("""() => [...document.querySelectorAll('body *')]
             .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
             .slice(0, 5).map(e => e.tagName + '.' + (e.className.baseVal ?? e.className))""")
         width = page.evaluate("() => document.documentElement.scrollWidth")
-        assert width <= browser.WIDTH and not wide, f"the report is {width} px wide at {browser.WIDTH} px: {wide}"
         OUTPUT.mkdir(parents=True, exist_ok=True)
         heat.scroll_into_view_if_needed()
         page.screenshot(path=str(OUTPUT / "report_matrix.png"))
+    assert width <= browser.WIDTH and not wide, f"the report is {width} px wide at {browser.WIDTH} px: {wide}"
+    assert not any(seen.values()), f"the report at {browser.WIDTH} px: {seen}"
     assert not fetched, f"the report tried to fetch: {fetched}"
     assert not errors, f"JavaScript errors: {errors}"
 
 
+@pytest.mark.browser
+def test_a_broken_report_is_caught(built, tmp_path):
+    """Mutation: the built report with a section broken each way (a table behind a horizontal
+    scroll, a name running over its column, Markdown printed as text, a word cut mid-word); the
+    detectors find each."""
+    browser, layout = _load("test_browser"), _load("test_browser_layout")
+    _, _, page_html = built
+    broken = "".join(f'<div id="broken-{k}">{v}</div>' for k, v in layout.BROKEN_HTML.items()
+                     if k != "sanitized")
+    broken += f'<div id="broken-raw"><pre>{layout.BROKEN_TEXT["raw"]}</pre></div>'
+    path = tmp_path / "broken.html"
+    path.write_text(page_html.replace("<main>", "<main>" + broken, 1), encoding="utf-8")
+    with browser.chromium_page(tmp_path / "chromium", width=browser.WIDTH, height=900) as page:
+        page.goto(path.as_uri(), wait_until="load")
+        seen = read_page(page)
+    assert {"behind a horizontal scroll", "runs over its column"} <= {x["kind"] for x in seen["hidden"]}, seen
+    assert {"table rule", "reference link"} <= {x["kind"] for x in seen["raw"]}, seen
+    assert any(x["word"] == "functionalization" for x in seen["cuts"]), seen
+
+
 def test_the_matrix_has_no_row_of_only_na_and_never_breaks_a_name(built):
     """Issue 31: the report's matrix drew rows where nothing applies (all n/a) and broke op names
-    mid-word; such rows are named once under the table, names never wrap (the table scrolls)."""
+    mid-word; such rows are named once under the table, and no cell ever wraps (issue 36: compact
+    marks, so the table fits 1280 px instead of scrolling; the browser test measures it)."""
     import re
 
     _, _, page = built
-    table = page[page.index('<table class="funcbwd-matrix">'):]
+    table = page[page.index('<div class="funcbwd-matrix">'):]
     table = table[:table.index("</table>")]
-    rows = re.findall(r"<tr>(.*?)</tr>", table[table.index("<tbody>"):], re.S)
-    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)[2:] for row in rows]
-    assert rows and not [c for c in cells if c and all(x == "n/a" for x in c)]
-    assert ".funcbwd-matrix td:nth-child(-n+2){white-space:nowrap}" in page
-    assert '<div class="wide"><table class="funcbwd-matrix">' in page
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table[table.index("<tbody>"):], re.S)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)[1:] for row in rows]
+    assert rows and not [c for c in cells if len(c) > 1 and all(x == "n/a" for x in c)]
+    marks = [x for c in cells for x in c]  # no space in a mark: nothing for a line to break at
+    assert marks and not [x for x in marks if " " in x]
+    assert 'class="wide"' not in page
 
 
 def test_rows_where_nothing_applies_are_named_not_drawn():
@@ -260,6 +299,6 @@ def test_rows_where_nothing_applies_are_named_not_drawn():
                          samples="first", figure=report.FigureEmbedder(), data_dir=ROOT / "data",
                          results=results)
     body = report.matrix_section(ctx)
-    table = body[body.index('<table class="funcbwd-matrix">'):body.index("</table>")]
+    table = body[body.index('<div class="funcbwd-matrix">'):body.index("</table>")]
     assert "vmap_jvp" not in table and "jacrev" in table
     assert "Not applicable to any strategy, so not drawn: diag: vmap_jvp." in body

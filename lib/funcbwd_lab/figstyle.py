@@ -86,6 +86,33 @@ def status_legend(fig: Any, statuses: Sequence[str], labels: Mapping[str, str],
     return fig
 
 
+# ------------------------------------------------------------------------------ log axes
+#: tick mantissas on a log axis: 1-2-5 per decade when the values span more than
+#: :data:`WIDE_SPAN`, denser when they span less (so a narrow panel still gets a few ticks)
+MANTISSAS, DENSE_MANTISSAS, WIDE_SPAN = (1, 2, 5), (1, 1.5, 2, 3, 5, 7), 30.0
+
+
+def log_ticks(values: Sequence[float]) -> tuple[list[float], list[str]]:
+    """Tick values and their labels for a log axis showing ``values`` (positive ones count):
+    every label a whole number as it reads (``20``, ``0.5``), never plotly's default on a log axis,
+    which labels the ticks between decades with their first digit only (a "2" above "10" that
+    means 20). The ticks run from the largest tick at or under the smallest value to the smallest
+    at or over the largest."""
+    import math
+
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not vals:
+        return [], []
+    lo, hi = min(vals), max(vals)
+    mantissas = MANTISSAS if hi / lo > WIDE_SPAN else DENSE_MANTISSAS
+    ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)) - 1, math.floor(math.log10(hi)) + 2)
+             for m in mantissas]
+    below = max([t for t in ticks if t <= lo * (1 + 1e-9)], default=min(ticks))
+    above = min([t for t in ticks if t >= hi * (1 - 1e-9)], default=max(ticks))
+    shown = [float(f"{t:.6g}") for t in ticks if below <= t <= above]
+    return shown, [f"{t:g}" for t in shown]
+
+
 # ------------------------------------------------------------------------------ layout budget
 #: the width a figure gets on a 1280 px screen: JupyterLab's output area (side bar collapsed,
 #: prompt column) and the report's main column are both at least this wide
@@ -127,7 +154,8 @@ def _font_size(font: Any, default: float) -> float:
 
 def layout_problems(fig: Any, width: int = SCREEN_WIDTH) -> list[str]:
     """What would not read well when ``fig`` is drawn ``width`` px wide (its own height), from its
-    layout alone: annotations with no text (plotly draws its "new text" placeholder there), titles
+    layout alone: annotations with no text (plotly draws its "new text" placeholder there), log
+    axes whose ticks are not all labelled in full (:func:`log_ticks`), titles
     wider than their room (figure title, subplot titles, axis titles), and too little space
     between panels for the tick labels, axis title and subplot title that sit in the gap.
     Text widths are estimated (:func:`text_width`); an empty list means nothing found."""
@@ -174,6 +202,11 @@ def layout_problems(fig: Any, width: int = SCREEN_WIDTH) -> list[str]:
                                         f"({w:.0f} > {(x1 - x0) * plot_w:.0f} px): {a.text!r}")
         elif w > width - 8:
             problems.append(f"annotation wider than the figure ({w:.0f} px): {a.text[:60]!r}")
+    for name, a in axes.items():
+        if a.type == "log" and a.visible is not False and (a.tickvals is None or a.ticktext is None
+                                or list(a.ticktext) != [f"{v:g}" for v in a.tickvals]):
+            problems.append(f"{name} is a log axis without every tick labelled in full (plotly "
+                            "labels the ticks between decades with one digit): use log_ticks")
     for kx, ax, ky, ay in panels:
         (x0, x1), (y0, y1) = dom(ax), dom(ay)
         xt, yt = ax.title.text if ax.title else None, ay.title.text if ay.title else None

@@ -4,7 +4,8 @@
 and ``LEDE`` open the notebook, ``INTRO`` (a few sentences, then a short cell whose output
 asserts itself) follows the setup cell, ``EXTRA`` (prod, masked_select) follows the matrix
 chapter. Cells are jupytext percent-format text and may use the setup cell's names (``OP``,
-``spec``, ``registry``, ``runner``, ``first_line``, ``available``). Edit here, then run
+``spec``, ``registry``, ``runner``, ``first_line``, ``fit``, ``available``; printed lines fit 100
+columns, ``fit`` wraps longer ones at spaces). Edit here, then run
 ``python tools/build_notebooks.py generate``.
 """
 
@@ -95,7 +96,7 @@ for batched in itertools.product((False, True), repeat=3):
     loop = torch.stack([grad_self(*[a[i] if b else a for a, b in zip(args, batched)]) for i in range(2)])
     assert torch.equal(fixed, loop)
     print(f"{'+'.join(n for n, b in zip(('self', 'min', 'max'), batched) if b):14s} {as_written:12s} = loop")
-print("\n".join(raised.values()))
+print(fit("\n".join(raised.values())))
 # only max batched: the target (self >= min) is unbatched, the operand (self <= max) batched
 assert list(raised) == [(False, False, True)]
 ''')
@@ -132,7 +133,7 @@ for label, fn in (("as written", L.prod_backward), ("functionalized", functional
         vmap(lambda x: fn(torch.tensor(1.0), x, torch.prod(x)))(batch)
         raise AssertionError(f"{label}: a batch of inputs did not raise")
     except RuntimeError as e:
-        print(f"vmap over inputs, {label}: {first_line(str(e), 100)}")
+        print(fit(f"vmap over inputs, {label}: {first_line(str(e), 100)}"))
 
 x = spec.sample("full, one zero").args[0]
 grads = torch.randn(4, generator=torch.Generator().manual_seed(0))  # a batch of cotangents
@@ -164,12 +165,12 @@ try:
     vmap(torch.masked_select, in_dims=(None, 0))(x, masks)
     raise AssertionError("a batch of masks did not raise")
 except RuntimeError as e:
-    print("vmap over masks:", first_line(str(e), 90))
+    print(fit(f"vmap over masks: {first_line(str(e), 90)}"))
 print("vmap over inputs, mask fixed:", tuple(vmap(torch.masked_select, in_dims=(0, None))(torch.stack([x, x]), m).shape))
 
 for scenario in ("vmap_cotangents", "vmap_all_args"):
     cell = runner.run(OP, scenario, "per_formula", spec.sample("3x4 mask broadcast (4,)"))
-    print(f"per_formula, {scenario}: {cell.status} {cell.reason} {cell.detail}".rstrip())
+    print(fit(f"per_formula, {scenario}: {cell.status} {cell.reason} {cell.detail}".rstrip()))
     assert (cell.status, cell.reason) == (("pass", "") if scenario == "vmap_cotangents" else ("fail", "data_dependent"))
 ''')
 
@@ -195,7 +196,7 @@ for smp in spec.samples():
     sizes = list(smp.args[0].shape)
     copies = len(sizes) == 2 and sizes[0] != sizes[1]  # the formula's branch, as in its source
     cell = runner.run(OP, "vmap_cotangents", "plain", smp)
-    print(f"{smp.name:15s} {'zeros + copy_' if copies else 'grad.diag(k)':14s} plain under vmap: {cell.status} {cell.reason}")
+    print(fit(f"{smp.name:15s} {'zeros + copy_' if copies else 'grad.diag(k)':14s} plain under vmap: {cell.status} {cell.reason}"))
     assert (cell.status == "fail") == copies
     in_place.append(copies)
 assert any(in_place) and not all(in_place)
@@ -229,7 +230,7 @@ try:
     vmap(L.index_select_backward, in_dims=(0, None, None, None))(grads, list(x.shape), dim, index)
     raise AssertionError("the legacy formula did not raise under vmap")
 except RuntimeError as e:
-    print("as written, under vmap:", first_line(str(e), 80))
+    print(fit(f"as written, under vmap: {first_line(str(e), 80)}"))
 fixed = vmap(functionalize(L.index_select_backward), in_dims=(0, None, None, None))(grads, list(x.shape), dim, index)
 assert torch.allclose(fixed, loop)
 print("functionalized, under vmap: = per-sample loop (repeated rows accumulated)")
@@ -250,14 +251,14 @@ smp = spec.sample()
 outs = spec.torch_op(*smp.args)
 grads = torch.randn((3, *outs[0].shape), generator=torch.Generator().manual_seed(0))
 args = [spec.formula_args(smp.args, outs, (g,)) for g in grads]  # (grad, dim, indices, sizes, keepdim)
-print(f"{OP} [{smp.name}]: dim={args[0][1]}, indices {tuple(args[0][2].shape)}, sizes {args[0][3]}, keepdim={args[0][4]}")
+print(fit(f"{OP} [{smp.name}]: dim={args[0][1]}, indices {tuple(args[0][2].shape)}, sizes {args[0][3]}, keepdim={args[0][4]}"))
 loop = torch.stack([L.value_selecting_reduction_backward(*a) for a in args])
 rest = args[0][1:]
 try:
     vmap(L.value_selecting_reduction_backward, in_dims=(0, None, None, None, None))(grads, *rest)
     raise AssertionError("the legacy formula did not raise under vmap")
 except RuntimeError as e:
-    print("as written, under vmap:", first_line(str(e), 80))
+    print(fit(f"as written, under vmap: {first_line(str(e), 80)}"))
 fixed = vmap(functionalize(L.value_selecting_reduction_backward), in_dims=(0, None, None, None, None))(grads, *rest)
 assert torch.allclose(fixed, loop)
 print("functionalized, under vmap: = per-sample loop")
@@ -316,7 +317,7 @@ for r in results:
         if r.scenario not in data_dependent[r.strategy]:
             data_dependent[r.strategy].append(r.scenario)
 for st in available():
-    print(f"{st:12s}", ", ".join(data_dependent.get(st, [])) or "no data-dependent failure")
+    print(fit(f"{st:12s} " + (", ".join(data_dependent.get(st, [])) or "no data-dependent failure")))
 functionalizing = [st for st in available() if st not in ("plain", "builtin")]
 assert any(st in data_dependent for st in functionalizing), "expected a data-dependent failure"
 '''

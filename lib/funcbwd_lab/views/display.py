@@ -10,6 +10,7 @@ library results changes the notebook's stored text and fails CI. Rich objects ca
 
 from __future__ import annotations
 
+import difflib
 import html
 import inspect
 import textwrap
@@ -23,6 +24,7 @@ from funcbwd_lab.studies.matrix.matrix import STATUS_LABEL, STATUS_ORDER, STATUS
 from funcbwd_lab.run.outcomes import REASONS
 from funcbwd_lab.run.runner import CellResult
 from funcbwd_lab import figstyle
+from funcbwd_lab.views import markup
 
 # Colour-blind-safe-ish traffic light; n/a is grey.
 STATUS_COLOR = {
@@ -35,6 +37,8 @@ STATUS_COLOR = {
     "uninformative": "#f0f0f0",
     "not_applicable": "#bdbdbd",
 }
+#: text on the dark status colours (the others take the page's dark grey)
+STATUS_TEXT = {"pass": "#fff", "fail": "#fff"}
 
 
 # ------------------------------------------------------------------------------ notebook setup
@@ -75,6 +79,20 @@ def cell_hover(cell: Mapping[str, Any]) -> str:
     return "<br>".join(lines)
 
 
+def cell_title(cell: Mapping[str, Any]) -> str:
+    """A table cell's hover text, short (a table holds hundreds): status and samples passed, and
+    for a cell that is not a plain pass the classified reason, the ops vmap fell back for and the
+    failing samples (the heatmap's hover, :func:`cell_hover`, adds what ran and the message)."""
+    parts = [f"{cell_text(cell, long=True)} ({cell['passed']}/{cell['total']} samples)"]
+    if cell["reason"]:
+        parts.append(REASONS.get(cell["reason"], cell["reason"]))
+    if cell["fallback_ops"]:
+        parts.append("slow fallback for: " + ", ".join(fallback_names(cell["fallback_ops"])))
+    if cell["failing_samples"]:
+        parts.append("failing samples: " + "; ".join(cell["failing_samples"][:3]))
+    return "\n".join(parts)
+
+
 def _axes(results: Sequence[CellResult]) -> tuple[list[str], list[str], list[str]]:
     ops = list(dict.fromkeys(r.op for r in results))
     scenarios = list(dict.fromkeys(r.scenario for r in results))
@@ -88,43 +106,93 @@ def matrix_text(results: Sequence[CellResult]) -> str:
     return matrix.format_table(results)
 
 
-def matrix_table(results: Sequence[CellResult], caption: str = "") -> Rich:
-    """An HTML table (op x scenario rows, strategy columns) coloured by status; reprs as text."""
+def matrix_legend(cells: Iterable[Mapping[str, Any]]) -> list[tuple[str, str | None, str]]:
+    """The marks the compact cell texts (:func:`matrix.cell_text`) of ``cells`` use, each with its
+    colour and meaning, from the matrix's own vocabulary (``STATUS_SHORT``, ``STATUS_LABEL``,
+    ``LEGEND``, ``REASON_CODE``, ``REASONS``): what a table of those cells shows and what its
+    legend says come from one place."""
+    cells = list(cells)
+    kinds = {cell_kind(c) for c in cells}
+    out: list[tuple[str, str | None, str]] = []
+    for kind in STATUS_ORDER:
+        if kind not in kinds:
+            continue
+        if kind == "fail":
+            for r in dict.fromkeys(c["reason"] for c in cells if cell_kind(c) == "fail"):
+                out.append((f"F:{matrix.REASON_CODE.get(r, r)}", STATUS_COLOR[kind],
+                            "failed: " + (REASONS.get(r) or "other error")))
+            continue
+        out.append((STATUS_SHORT[kind], STATUS_COLOR[kind],
+                    matrix.LEGEND.get(STATUS_SHORT[kind]) or STATUS_LABEL[kind]))
+    if any(c["status"] in ("fail", "mismatch") and 0 < c["passed"] < c["total"] for c in cells):
+        out.append(("k/n", None, matrix.LEGEND["k/n"]))
+    return out
+
+
+def matrix_table(results: Sequence[CellResult], caption: str = "", pick: str | None = None) -> Rich:
+    """An HTML table (scenario rows, under a heading row per op; strategy columns) of each cell's
+    compact mark (:func:`matrix.cell_text`) on its status colour, the long text on hover, and the
+    legend of the marks used under it (:func:`matrix_legend`); ``pick``, the recommended strategy,
+    is marked. Narrow enough for a 1280 px screen with JupyterLab's file browser open. The text
+    repr is the library's text table (nbval compares it)."""
     summary = matrix.summarize(results)
     ops, scenarios, strategies = _axes(results)
-    head = "".join(f"<th>{html.escape(s)}</th>" for s in ["op", "scenario", *strategies])
-    rows = []
+    heads = ["scenario", *(f"{st} (pick)" if st == pick else st for st in strategies)]
+    pick_style = "border-left:2px solid #1a9850;border-right:2px solid #1a9850"
+    head_styles = [""] + [pick_style + ";background:#d9f0d3" if st == pick else "" for st in strategies]
+    rows, styles, titles, groups = [], [], [], {}
     for op in ops:
+        if len(ops) > 1:
+            groups[len(rows)] = op
         for sc in scenarios:
-            cells = [f"<td>{html.escape(op)}</td><td>{html.escape(sc)}</td>"]
+            row, style, title = [sc], [""], [f"{op} / {sc}"]
             for st in strategies:
                 c = summary.get((op, sc, st))
+                extra = pick_style if st == pick else ""
                 if c is None:
-                    cells.append("<td></td>")
+                    row.append(""), style.append(extra), title.append("not run")
                     continue
                 kind = cell_kind(c)
-                title = html.escape(cell_hover(c).replace("<br>", "\n").replace("<b>", "").replace("</b>", ""))
-                cells.append(f'<td style="background:{STATUS_COLOR[kind]}" title="{title}">'
-                             f"{html.escape(cell_text(c, long=True))}</td>")
-            rows.append("<tr>" + "".join(cells) + "</tr>")
-    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
-    table = (f'<table class="funcbwd-matrix">{cap}<thead><tr>{head}</tr></thead>'
-             f"<tbody>{''.join(rows)}</tbody></table>")
-    return Rich(matrix_text(results), table)
+                row.append(cell_text(c).replace(" ", "\u00a0"))  # a mark never wraps
+                style.append(";".join(filter(None, [f"background:{STATUS_COLOR[kind]}",
+                                                    f"color:{STATUS_TEXT[kind]}" if kind in STATUS_TEXT
+                                                    else "", extra])))
+                title.append(cell_title(c))
+            rows.append(row), styles.append(style), titles.append(title)
+    if len(ops) == 1 and ops:
+        caption = caption or f"{ops[0]}: status per scenario and strategy"
+    table = markup.table(heads, rows, caption=caption, nowrap=[0], cell_styles=styles,
+                         titles=titles, head_styles=head_styles, groups=groups, compact=True)
+    marks = matrix_legend(summary.values())
+    dark = {STATUS_COLOR[k] for k in STATUS_TEXT}
+    legend = markup.legend(marks, title="Each cell: the worst of its samples (hover for the reason, "
+                                        "what ran and the failing samples). Marks:",
+                           text_colors={m: "#fff" for m, color, _ in marks if color in dark})
+    return Rich(matrix_text(results), f'<div class="funcbwd-matrix">{table}{legend}</div>')
 
 
 def records_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
-                  caption: str = "", fmt: Callable[[Any], str] | None = None) -> Rich:
+                  caption: str = "", fmt: Callable[[Any], str] | None = None,
+                  nowrap: Sequence[str] = ()) -> Rich:
     """A generic HTML/text table of dict rows (decision tables, per-op summaries); the text fits
-    100 columns (:func:`funcbwd_lab.tables.table`)."""
+    100 columns (:func:`funcbwd_lab.tables.table`); the ``nowrap`` columns (names) are never
+    broken, the others wrap at spaces."""
     columns = list(columns or (records[0].keys() if records else []))
     fmt = fmt or _fmt
-    text_rows = [columns] + [[fmt(r.get(c, "")) for c in columns] for r in records]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>"
-                   for row in text_rows[1:])
-    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
-    return Rich(tables.table(columns, text_rows[1:]), f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    rows = [[fmt(r.get(c, "")) for c in columns] for r in records]
+    html_text = markup.table(columns, rows, caption=caption,
+                             nowrap=[i for i, c in enumerate(columns) if c in nowrap])
+    return Rich(tables.table(columns, rows), html_text)
+
+
+def grouped_tables(columns: Sequence[str], groups: Sequence[tuple[str, str, bool, Sequence[Sequence[str]]]],
+                   nowrap: Sequence[int] = ()) -> str:
+    """One table per group under its ``<details>``, a group ``(name, note, open, rows)`` summarized
+    as "**name**: note"; long names break after their separators only
+    (:func:`markup.breakable`), so the tables fit a 1280 px screen whole, every field in full."""
+    return "".join(markup.details(f"<b>{html.escape(name)}</b>: {html.escape(note)}", markup.table(
+        columns, [[markup.breakable(str(c)) for c in row] for row in rows], escaped=True,
+        nowrap=nowrap), opened) for name, note, opened, rows in groups)
 
 
 def _fmt(v: Any) -> str:
@@ -133,6 +201,27 @@ def _fmt(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return ", ".join(map(str, v))
     return "" if v is None else str(v)
+
+
+def graph_diff_html(d: Any) -> str:
+    """A :class:`funcbwd_lab.studies.graphs.graphs.GraphDiff` side by side: removed lines red,
+    added green, code in monospace keeping its indentation, long lines wrapping inside their
+    half; inline styles only (the same stored as run)."""
+    la, lb = d.lines()
+    code = "font-family:monospace;white-space:pre-wrap;overflow-wrap:break-word;width:50%"
+    rows, styles = [], []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=la, b=lb, autojunk=False).get_opcodes():
+        left, right = la[i1:i2], lb[j1:j2]
+        for k in range(max(len(left), len(right))):
+            lt = left[k] if k < len(left) else ""
+            rt = right[k] if k < len(right) else ""
+            rows.append([lt, rt])
+            styles.append([code + ";border-right:1px solid #ccc" + ("" if tag == "equal" or not lt
+                                                                    else ";background:#fdd"),
+                           code + ("" if tag == "equal" or not rt else ";background:#dfd")])
+    table = markup.table([d.a.title, d.b.title], rows, cell_styles=styles,
+                         head_styles=["width:50%", "width:50%"], style="table-layout:fixed;width:100%")
+    return f'<div class="funcbwd-graphdiff">{table}</div>'
 
 
 # ------------------------------------------------------------------------------ heatmap
@@ -270,14 +359,20 @@ def verdict(op: str, results: Sequence[CellResult]) -> Rich:
 
 
 # ------------------------------------------------------------------------------ sources
+#: code shown in an output: one size smaller than JupyterLab's, so a line of 100 columns fits the
+#: output area of a 1280 px screen with the file browser open
+CODE = "font-family:monospace;font-size:12px;white-space:pre;margin:4px 0"
+
+
 def source(obj: Any, citation: str = "") -> Rich:
-    """``obj``'s source (``inspect.getsource``) with its historical citation, as Markdown."""
+    """``obj``'s source (``inspect.getsource``) with its historical citation."""
     target = getattr(obj, "__wrapped_formula__", obj)
     code = textwrap.dedent(inspect.getsource(target)).rstrip()
     where = f"{target.__module__}.{target.__qualname__}"
-    cite = f"\n\nHistorical source: {citation}" if citation else ""
-    md = f"`{where}`{cite}\n\n```python\n{code}\n```"
-    return Rich(f"# {where}{(' -- ' + citation) if citation else ''}\n{code}", markdown=md)
+    cite = f"<p>Historical source: {html.escape(citation)}</p>" if citation else ""
+    text = f"# {where}\n" + (tables.paragraph(f"# {citation}", hanging="# ") + "\n" if citation else "")
+    return Rich(text + code, f"<div><code>{html.escape(where)}</code>{cite}"
+                f'<pre style="{CODE}">{html.escape(code)}</pre></div>')
 
 
 def formula_source(op: str) -> Rich:
@@ -286,3 +381,64 @@ def formula_source(op: str) -> Rich:
 
     spec = registry.get_op(op)
     return source(spec.formula, f"{spec.source}; later fixed by {spec.fixed_by}")
+
+
+def long_text(text: str, head: int, summary: str) -> Rich:
+    """Text of many lines shown as its first ``head`` lines, the rest under a closed
+    ``<details>`` with ``summary`` (an output taller than a few screens is a wall to scroll past);
+    the text repr is the whole text (nbval compares it)."""
+    lines = text.splitlines()
+    if len(lines) <= head:
+        return Rich(text, f'<pre style="{CODE}">{html.escape(text)}</pre>')
+    rest = "\n".join(lines[head:])
+    return Rich(text, f'<pre style="{CODE}">{html.escape(chr(10).join(lines[:head]))}</pre>'
+                + markup.details(f"{html.escape(summary)} ({len(lines) - head} more lines)",
+                                 f'<pre style="{CODE}">{html.escape(rest)}</pre>'))
+
+
+def markdown(text: str) -> Rich:
+    """Markdown shown as Markdown (its text repr the same text, for nbval); links must be resolved
+    (:func:`funcbwd_lab.views.markup.resolve_links`): an unresolved reference link is refused."""
+    left = markup.unresolved(text)
+    if left:
+        raise ValueError(f"unresolved reference links would show as text: {', '.join(left[:5])}")
+    return Rich(text, markdown=text)
+
+
+def document_part(text: str, heading: str, *, document: str, here: str = "notebooks",
+                  until: str | None = None, keep_heading: bool = False) -> Rich:
+    """A section of the Markdown document ``text`` (a file ``document`` of the repository, e.g.
+    ``docs/rfc.md``), its reference links resolved to where they point from folder ``here``."""
+    part = markup.section(text, heading, until=until, keep_heading=keep_heading)
+    return markdown(markup.resolve_links(part, text, document, here))
+
+
+# ------------------------------------------------------------------------------ saved runs
+#: where a notebook (in ``notebooks/``) finds the saved runs
+DATA = "../data"
+
+
+def matrix_results(ops: Sequence[str] | None = None, *, recompute: bool = False,
+                   data: str = DATA) -> list[CellResult]:
+    """The cells of ``ops`` (default: all 8 test ops) from the saved matrix run
+    (``data/matrix-test-ops.json``: every sample, scenario and strategy, written by
+    ``tools/update_readme.py``; tests/test_readme.py keeps it equal to a fresh run), or with
+    ``recompute`` the same cells run here (a minute or two per op, the slow ``compiled``
+    strategy included)."""
+    from funcbwd_lab.ops import registry
+    from funcbwd_lab.strategies import available
+    from funcbwd_lab.studies.matrix import records
+    from funcbwd_lab.views.readme import MATRIX_FILE_NAME
+
+    ops = list(ops or registry.TEST_OPS)
+    if recompute:
+        return matrix.run_matrix(ops, None, available())
+    return [r for r in records.load(f"{data}/{MATRIX_FILE_NAME}") if r.op in ops]
+
+
+def saved_decision(data: str = DATA) -> Any:
+    """The decision (:func:`funcbwd_lab.studies.review.review.decision`) of the saved evidence
+    (``data/review-evidence.json``): the README's, the overview's and the report's."""
+    from funcbwd_lab.studies.review import review
+
+    return review.decision(review.load_evidence(f"{data}/{review.EVIDENCE_FILE}"))

@@ -1,12 +1,14 @@
 """``python -m funcbwd_lab report``: the workbench's views in ONE self-contained static HTML file.
 
 For readers without Jupyter (or without a network): first the decision (which strategy, and why:
-:mod:`funcbwd_lab.studies.review.decision` of the saved review evidence, checked against this report's own
-matrix), then the matrix (table + heatmap), a verdict per op, dispatch-key traces, graph diffs,
-bench charts and the OpInfo coverage, all computed by the library when the report is built
-(bench, coverage and review evidence from their saved JSON results, which take minutes to
-produce). Laid out for a 1280 px screen: long lines wrap instead of widening the page. plotly.js is embedded inline exactly once and every
-figure reuses it; nothing references a CDN or any other URL, so the file opens offline.
+:mod:`funcbwd_lab.studies.review.decision` of the saved review evidence, checked against the
+report's matrix), then the matrix (table + heatmap), a verdict per op, dispatch-key traces (plain
+and the pick), graph diffs, bench charts and the OpInfo coverage. The matrix is the saved run
+(``data/matrix-test-ops.json``) unless ops, scenarios or strategies are named, ``quick`` or
+``recompute`` (then it runs here, for minutes: the command says how many before it starts); the
+bench, coverage and review evidence are always their saved results. Laid out for a 1280 px
+screen: tables fit it, names are never broken mid-word, nothing hides behind a horizontal scroll
+(tests/test_report.py). plotly.js is embedded once; nothing references a URL: it opens offline.
 
 Saved results are read from an explicit directory (``build_report(data_dir=...)``; the CLI's
 ``--data DIR``, :mod:`funcbwd_lab.cli.report`), never from a checkout the library happens to sit in.
@@ -16,31 +18,26 @@ raises shows the error (and ``python -m funcbwd_lab report`` exits 1).
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import html
-import json
 import platform
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
+from funcbwd.errors import first_line, parse_names
 from funcbwd_lab.ops import registry
-from funcbwd_lab.run import outcomes, runner
-from funcbwd_lab.studies.matrix import matrix
-from funcbwd.errors import parse_names
+from funcbwd_lab.progress import Progress
 from funcbwd_lab.run.scenarios import MATRIX_NAMES, SCENARIO_GROUPS
 from funcbwd_lab.strategies import available
-from funcbwd.errors import first_line
-from funcbwd_lab.progress import Progress
-from funcbwd_lab.tables import fit
-from funcbwd_lab import figstyle
-
-#: saved results read from the data directory (written by the bench and coverage commands)
-BENCH_FILE = "bench-quick.json"
-
-#: the strategy whose trace and graph the report contrasts with the legacy formula (plain)
-FIX_STRATEGY = "per_formula"
+from funcbwd_lab.studies.matrix import matrix
+# the saved matrix run the default report shows (written by tools/update_readme.py, kept equal to
+# a fresh run by tests/test_readme.py)
+from funcbwd_lab.views.readme import MATRIX_FILE_NAME
+from funcbwd_lab.views.report_sections import (  # noqa: F401 (BENCH_FILE, Missing, ...: tests use them here)
+    BENCH_FILE, Context, FigureEmbedder, Missing, Section, bench_section, coverage_section,
+    decision_section, graph_section, live_section, matrix_section, shown_path, trace_section,
+    verdict_section, _note)
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#222}
@@ -49,260 +46,13 @@ header p{margin:2px 0;color:#cfd8e3}
 main{padding:8px 28px 40px;max-width:1400px;box-sizing:border-box}
 nav ol{columns:2;max-width:700px}section{border-top:1px solid #ddd;margin-top:24px}
 h2{margin:18px 0 8px}h3{margin:16px 0 6px}table{border-collapse:collapse;font-size:12px;max-width:100%}
-td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;overflow-wrap:anywhere}thead th{background:#eee}
-.funcbwd-matrix td,.funcbwd-matrix th{overflow-wrap:normal}.funcbwd-matrix td:nth-child(-n+2){white-space:nowrap}
-.wide{overflow-x:auto;max-width:100%}
-pre{background:#f6f8fa;padding:8px;overflow:auto;font-size:12px;max-width:100%}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}thead th{background:#eee}
+pre{background:#f6f8fa;padding:8px;font-size:12px;max-width:100%;white-space:pre-wrap}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:6px 10px;margin:8px 0}
 .error{background:#fdecea;border-left:4px solid #d73027;padding:6px 10px;margin:8px 0}
 details{margin:6px 0}summary{cursor:pointer;font-weight:600}
 .verdict{margin:6px 0 12px}.figure{margin:8px 0;max-width:100%}
 """
-
-
-# ------------------------------------------------------------------------------ figures
-class FigureEmbedder:
-    """Turns plotly figures into ``<div>`` + ``Plotly.newPlot`` snippets; the page embeds
-    plotly.js once (:meth:`script`) instead of once per figure."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, fig: Any) -> str:
-        self.count += 1
-        body = fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False,
-                           div_id=f"funcbwd-fig-{self.count}", config=dict(figstyle.CONFIG))
-        return f'<div class="figure">{body}</div>'
-
-    def script(self) -> str:
-        if not self.count:
-            return ""
-        from plotly.offline import get_plotlyjs
-
-        return f'<script type="text/javascript">{get_plotlyjs()}</script>'
-
-
-# ------------------------------------------------------------------------------ sections
-@dataclasses.dataclass
-class Section:
-    id: str
-    title: str
-    body: str = ""
-    status: str = "ok"  # ok | missing (module or data absent: a note) | error (raised)
-    seconds: float = 0.0
-
-
-class Missing(Exception):
-    """A section cannot be built because a module or data file is absent (shown as a note)."""
-
-
-def _note(text: str, cls: str = "note") -> str:
-    return f'<div class="{cls}">{html.escape(text)}</div>'
-
-
-def _pre(text: str) -> str:
-    return f"<pre>{html.escape(text)}</pre>"
-
-
-@dataclasses.dataclass
-class Context:
-    ops: list[str]
-    scenarios: list[str]
-    strategies: list[str]
-    samples: str
-    figure: FigureEmbedder
-    #: the directory of saved results (bench-quick.json, coverage-all.json.gz)
-    data_dir: Path
-    results: list[runner.CellResult] = dataclasses.field(default_factory=list)
-
-    def data_file(self, name: str) -> Path:
-        return Path(self.data_dir) / name
-
-
-def shown(path: Path) -> str:
-    """``path`` as a reader should see it: relative to the current directory when inside it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def matrix_section(ctx: Context) -> str:
-    from funcbwd_lab.studies.review import review
-    from funcbwd_lab.views import display
-    basis = review.basis_text(review.basis(ctx.results))
-    # rows where no strategy applies (a backward-only op in a forward-mode scenario) are named
-    # once instead of drawn as rows of n/a; names are never broken (the table scrolls instead)
-    empty = [(op, sc) for op, sc in dict.fromkeys((r.op, r.scenario) for r in ctx.results)
-             if all(r.status == "not_applicable" for r in ctx.results if (r.op, r.scenario) == (op, sc))]
-    shown = [r for r in ctx.results if (r.op, r.scenario) not in set(empty)]
-    by_op: dict[str, list[str]] = {}
-    for op, sc in empty:
-        by_op.setdefault(op, []).append(sc)
-    left_out = ("<p>Not applicable to any strategy, so not drawn: " + html.escape("; ".join(
-        f"{op}: {', '.join(scs)}" for op, scs in by_op.items())) + ".</p>") if empty else ""
-    parts = [f"<p>Cells over {html.escape(basis)}. Sample runs by status: "
-             + html.escape(", ".join(f"{s} {sum(r.status == s for r in ctx.results)}"
-                                     for s in outcomes.STATUSES)) + ".</p>",
-             '<div class="wide">' + display.matrix_table(
-                 shown, caption="op x scenario rows, strategy columns (each cell: its worst sample); "
-                 "hover a cell for the reason").html_text + "</div>" + left_out,
-             ctx.figure(display.matrix_heatmap(ctx.results)),
-             "<details><summary>the same matrix as text</summary>"
-             + _pre(matrix.format_table(ctx.results)) + "</details>"]
-    return "\n".join(parts)
-
-
-def verdict_section(ctx: Context) -> str:
-    from funcbwd_lab.studies.review import review
-    from funcbwd_lab.views import display
-    intro = (f"<p>Counts of scenarios (cells) per op, over "
-             f"{html.escape(review.basis_text(review.basis(ctx.results)))}.</p>")
-    return intro + "\n".join(f'<div class="verdict"><b>{html.escape(op)}.</b> '
-                             f"{html.escape(display.verdict_text(op, ctx.results))}</div>" for op in ctx.ops)
-
-
-def _trace_scenario(ctx: Context, op: str) -> str:
-    """The first scenario where the legacy formula (plain) fails on ``op``, else the first run."""
-    fails = [r.scenario for r in ctx.results if r.op == op and r.strategy == "plain" and r.status == "fail"]
-    return fails[0] if fails else ctx.scenarios[0]
-
-
-def trace_section(ctx: Context) -> str:
-    from funcbwd_lab.studies.trace import trace
-    parts = ["<p>What each backward formula executes in one scenario, and how vmap handles each "
-             f"call: the legacy formula (plain) where it fails, then {FIX_STRATEGY} in the same "
-             "scenario.</p>"]
-    for op in ctx.ops:
-        sc = _trace_scenario(ctx, op)
-        for st in [s for s in ("plain", FIX_STRATEGY) if s in ctx.strategies] or ctx.strategies[:1]:
-            tr = trace.trace(op, st, sc)
-            parts.append(f"<details><summary>{html.escape(f'{op} / {st} / {sc}: {tr.status}')}"
-                         f"</summary>{tr.html_fragment()}</details>")
-    return "\n".join(parts)
-
-
-def graph_section(ctx: Context) -> str:
-    from funcbwd_lab.studies.graphs import graphs
-    parts = ["<p>Each op's backward formula as written (plain) against what the traced strategy "
-             "runs (functionalized, copies elided): FX graphs, removed lines red, added green.</p>"]
-    for op in ctx.ops:
-        parts.append(f"<details><summary>{html.escape(op)}: plain vs traced</summary>"
-                     f"{graphs.formula_diff(op, 'plain', 'traced').html()}</details>")
-    return "\n".join(parts)
-
-
-def bench_section(ctx: Context) -> str:
-    from funcbwd_lab.studies.bench import results as bench_results
-    from funcbwd_lab.studies.bench import text as bench_text
-    from funcbwd_lab.studies.bench import charts as plots
-    path = ctx.data_file(BENCH_FILE)
-    if not path.exists():
-        raise Missing(f"no saved bench results at {shown(path)} (produce them with: python -m "
-                      f"funcbwd bench --quick --out {shown(path)}, or pass --data DIR)")
-    results = bench_results.load(str(path))
-    parts = [f"<p>From {html.escape(shown(path))}; times only as ratios "
-             "(same machine, same run).</p>"]
-    parts.append(_pre(bench_text.format_summary(results)))
-    for name, fig in plots.all_figures(results).items():
-        parts.append(f"<h3>{html.escape(name)}</h3>" + ctx.figure(fig))
-    return "\n".join(parts)
-
-
-def coverage_section(ctx: Context) -> str:
-    """The OpInfo sweep from its saved file (:mod:`funcbwd_lab.studies.coverage`): what it covers,
-    per composition and strategy the counts, regressions and fixes against builtin, the verdict
-    of every upstream expected failure, and the saved cost of functionalizing every backward."""
-    from funcbwd_lab.studies.coverage import cost as coverage_cost
-    from funcbwd_lab.studies.coverage import data, render, summary, verdicts
-
-    path = ctx.data_file(data.FILE_NAME)
-    if not path.exists():
-        raise Missing(f"no saved coverage sweep at {shown(path)} (produce it with: python -m "
-                      f"funcbwd coverage --workers 2 --out {shown(path)}, or pass --data DIR)")
-    doc = data.load(path)
-    s = summary.summarize(doc["records"])
-    parts = [f"<p>{html.escape(render.meta_line(doc['meta']))}</p>",
-             f"<p><b>{'at least ' if s.get('unknown') else ''}{len(s['regressions'])} regressions</b> "
-             f"(builtin passes, a functionalizing strategy fails"
-             + (f"; {s['unknown']} more cells where builtin passes are unfinished: unknown" if s.get("unknown") else "")
-             + f"), {len(s['fixes'])} fixes, of which {sum(f['inplace'] for f in s['fixes'])} "
-             "fix an in-place failure.</p>",
-             _pre(render.text(doc, s)),
-             "<details><summary>every upstream expected failure with its verdict</summary>\n"
-             + render.verdicts_html(verdicts.of_document(doc)) + "\n</details>"]
-    cost_file = ctx.data_file(coverage_cost.COST_FILE)
-    if cost_file.exists():
-        costs = json.loads(cost_file.read_text())["cost"]
-        parts += [_pre(fit(coverage_cost.format_cost(coverage_cost.summarize_cost(costs)))),
-                  ctx.figure(coverage_cost.cost_figure(costs))]
-    return "\n".join(parts)
-
-
-def _agreement(ctx: Context, evidence: Any) -> str:
-    """Whether this report's own matrix run agrees with the saved evidence's counts (only when it
-    ran on the same basis: every sample of the same ops and scenarios)."""
-    from funcbwd_lab.studies.review import review
-
-    mine = review.basis(ctx.results)
-    same = (mine["samples"] == evidence.basis["samples"] == "all" and mine["ops"] == evidence.basis["ops"]
-            and mine["scenarios"] == evidence.basis["scenarios"])
-    if not same:
-        return (f"<p>This report ran {html.escape(review.basis_text(mine))}, not the evidence's basis, "
-                "so its matrix below is not compared with the evidence.</p>")
-    counts = review.matrix_evidence(ctx.results)
-    keys = ("fixes", "plain_failures", "wrong", "no_fallback", "applicable")
-    diffs = [f"{st}.{k}: report {counts[st][k]} vs evidence {evidence.strategies[st].get(k)}"
-             for st in counts if st in evidence.strategies for k in keys
-             if counts[st][k] != evidence.strategies[st].get(k)]
-    if diffs:
-        return _note("This report's own matrix run DISAGREES with the saved evidence (regenerate it "
-                     "with python tools/update_readme.py): " + "; ".join(diffs), "error")
-    return (f"<p>This report's own matrix run (below) agrees with the saved evidence on every count "
-            f"({len(counts)} strategies x {len(keys)} counts).</p>")
-
-
-def decision_section(ctx: Context) -> str:
-    """The decision block (:mod:`funcbwd_lab.studies.review.decision`) from the saved evidence in the data
-    directory, checked against this report's own matrix; without saved evidence, computed from
-    this report's run (its basis stated)."""
-    from funcbwd_lab.studies.review import review
-    from funcbwd_lab.studies.review import decision as dv
-
-    path = ctx.data_file(review.EVIDENCE_FILE)
-    if path.exists():
-        evidence = review.load_evidence(path)
-        origin = (f"<p>From {html.escape(shown(path))} (written by tools/update_readme.py).</p>"
-                  + _agreement(ctx, evidence))
-    else:
-        bench_path = ctx.data_file(BENCH_FILE)
-        bench = None
-        if bench_path.exists():
-            from funcbwd_lab.studies.bench import results as bench_results
-
-            bench = bench_results.load(str(bench_path))
-        if not any(st in ctx.strategies for st in review.CANDIDATES):
-            raise Missing(f"no saved evidence at {shown(path)} and none of the candidate strategies ("
-                          + ", ".join(review.CANDIDATES) + ") was run")
-        evidence = review.collect_evidence(ctx.results, bench, bench_source=shown(bench_path))
-        origin = (f"<p>No saved evidence at {html.escape(shown(path))}: computed from this report's "
-                  "own run and the live probes.</p>")
-    d = review.decision(evidence)
-    return "\n".join([dv.html_block(d), origin, ctx.figure(dv.chart(d))])
-
-
-def live_section(ctx: Context) -> str:
-    """Today's hand-written branches: the deletable-branches table from its saved file."""
-    import json
-
-    from funcbwd_lab.studies.deletable import render as live
-
-    path = ctx.data_file(live.LIVE_FILE_NAME)
-    if not path.exists():
-        raise Missing(f"no saved deletable-branches table at {shown(path)} (produce it with: "
-                      f"{live.COMMAND}, or pass --data DIR)")
-    return live.html_block(json.loads(path.read_text()))
-
 
 SECTIONS: tuple[tuple[str, str, Callable[[Context], str]], ...] = (
     ("decision", "Decision: which strategy, and why", decision_section),
@@ -352,10 +102,10 @@ def render(ctx: Context, sections: Sequence[Section], seconds: float) -> str:
     # The decision opens the page (before the contents); the other sections follow the contents.
     first = shown_sections[0] if sections and sections[0].id == "decision" else ""
     body = "\n".join(shown_sections[1:] if first else shown_sections)
-    meta = (f"torch {torch.__version__}, Python {platform.python_version()}; "
-            f"ops: {', '.join(ctx.ops)}; strategies: {', '.join(ctx.strategies)}; "
-            f"{len(ctx.scenarios)} scenarios; {ctx.samples} samples; built in {seconds:.0f} s on "
-            f"{datetime.date.today().isoformat()}")
+    saved = f" (the saved run {MATRIX_FILE_NAME})" if ctx.matrix_source == "saved" else ""
+    meta = (f"torch {torch.__version__}, Python {platform.python_version()}; ops: {', '.join(ctx.ops)}; "
+            f"strategies: {', '.join(ctx.strategies)}; {len(ctx.scenarios)} scenarios; {ctx.samples} "
+            f"samples{saved}; built in {seconds:.0f} s on {datetime.date.today().isoformat()}")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -364,35 +114,63 @@ def render(ctx: Context, sections: Sequence[Section], seconds: float) -> str:
 </head><body>
 <header><h1>funcbwd: functionalizing in-place backward formulas for vmap(vjp(f))</h1>
 <p>{html.escape(meta)}</p>
-<p>Every result below was computed by the funcbwd library when this file was built
-(bench and coverage from their saved results). Self-contained: opens offline.</p></header>
+<p>Every result below was computed by the funcbwd library: the matrix when this file was built or
+in its saved run, the bench, coverage and review evidence in theirs. Self-contained: opens offline.</p>
+</header>
 <main>{first}<nav><h2>Contents</h2><ol>{toc}</ol></nav>
 {body}
 </main></body></html>
 """
 
 
+#: seconds per live matrix cell and for the sections, measured here (2 cores; the default report's
+#: live matrix: 3024 cells in 465 s under a load of 4 other jobs) and used only to say up front how
+#: long a report will take
+SECONDS_PER_CELL, SECTIONS_SECONDS = 0.15, 60
+
+
 def build_report(ops: str | Sequence[str] | None = None, *, quick: bool = False,
                  scenarios: str | Sequence[str] | None = None,
                  strategies: str | Sequence[str] | None = None, data_dir: str | Path,
-                 progress: Progress | None = None) -> tuple[str, list[Section]]:
+                 progress: Progress | None = None, recompute: bool = False) -> tuple[str, list[Section]]:
     """The report's HTML and its sections (default ops: the 8 test ops of functorch#241).
 
-    ``data_dir``: the directory holding the saved bench and coverage results (a section whose
-    file is absent there shows a note). ``progress`` (:class:`funcbwd_lab.progress.Progress`)
-    counts the matrix's cells, then the sections."""
+    ``data_dir``: the directory holding the saved results (a section whose file is absent there
+    shows a note). With no ops, scenarios or strategies named, not ``quick`` and not
+    ``recompute``, the matrix is the saved run in ``data_dir`` (:data:`MATRIX_FILE_NAME`), when
+    there is one; otherwise it runs here. ``progress`` (:class:`funcbwd_lab.progress.Progress`)
+    first says how long the report will take, then counts the matrix's cells and the sections."""
+    from funcbwd_lab.studies.matrix import records
+
     start = time.perf_counter()
-    ctx = Context(ops=parse_names("op", ops if ops is not None else list(registry.TEST_OPS),
-                                  registry.op_groups()),
-                  scenarios=(list(MATRIX_NAMES) if scenarios is None
-                             else parse_names("scenario", scenarios, SCENARIO_GROUPS)),
-                  strategies=parse_names("strategy", strategies, available()),
-                  samples="first" if quick else "all", figure=FigureEmbedder(),
-                  data_dir=Path(data_dir))
     progress = progress or Progress.off()
-    progress.what = "report matrix"
-    ctx.results = matrix.run_matrix(ctx.ops, ctx.scenarios, ctx.strategies, samples=ctx.samples,
-                                    progress=progress)
-    progress(f"matrix: {len(ctx.results)} cells ({time.perf_counter() - start:.1f} s)")
+    saved = Path(data_dir) / MATRIX_FILE_NAME
+    if (ops, scenarios, strategies, quick, recompute) == (None, None, None, False, False) and saved.exists():
+        results = records.load(saved)
+        ctx = Context(ops=list(dict.fromkeys(r.op for r in results)),
+                      scenarios=list(dict.fromkeys(r.scenario for r in results)),
+                      strategies=list(dict.fromkeys(r.strategy for r in results)), samples="all",
+                      figure=FigureEmbedder(), data_dir=Path(data_dir), results=results,
+                      matrix_source="saved")
+        progress(f"the matrix from the saved run {shown_path(saved)} ({len(results)} cells; "
+                 f"recompute it: name --ops), then {len(SECTIONS)} sections: about "
+                 f"{SECTIONS_SECONDS} s on 2 cores")
+    else:
+        ctx = Context(ops=parse_names("op", ops if ops is not None else list(registry.TEST_OPS),
+                                      registry.op_groups()),
+                      scenarios=(list(MATRIX_NAMES) if scenarios is None
+                                 else parse_names("scenario", scenarios, SCENARIO_GROUPS)),
+                      strategies=parse_names("strategy", strategies, available()),
+                      samples="first" if quick else "all", figure=FigureEmbedder(),
+                      data_dir=Path(data_dir))
+        cells = sum(len(registry.get_op(op).samples()[:1] if quick else registry.get_op(op).samples())
+                    for op in ctx.ops) * len(ctx.scenarios) * len(ctx.strategies)
+        minutes = (cells * SECONDS_PER_CELL + SECTIONS_SECONDS) / 60
+        progress(f"a live matrix of {cells} cells, then {len(SECTIONS)} sections: about "
+                 f"{max(1, round(minutes))} min on 2 cores")
+        progress.what = "report matrix"
+        ctx.results = matrix.run_matrix(ctx.ops, ctx.scenarios, ctx.strategies, samples=ctx.samples,
+                                        progress=progress)
+        progress(f"matrix: {len(ctx.results)} cells ({time.perf_counter() - start:.1f} s)")
     sections = build_sections(ctx, progress)
     return render(ctx, sections, time.perf_counter() - start), sections

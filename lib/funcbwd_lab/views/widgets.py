@@ -50,7 +50,7 @@ def _graph_html(op: str, strategy: str, scenario: str) -> str:
     try:
         # The formula as written against the form this strategy runs (plain: against traced).
         form = getattr(graphs, "STRATEGY_FORMS", {}).get(strategy, "traced")
-        return graphs.diff(op, "plain", "traced" if form == "plain" else form).html()
+        return display.graph_diff_html(graphs.diff(op, "plain", "traced" if form == "plain" else form))
     except Exception as e:  # noqa: BLE001
         return f"<i>no graph: {html.escape(type(e).__name__)}: {html.escape(first_line(str(e)))}</i>"
 

@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from funcbwd.errors import BadInputError
+from funcbwd_lab import figstyle
 from funcbwd_lab.studies.bench import results as bench_results
 from funcbwd_lab.studies.bench.config import COPY_RULE, NO_STRATEGY, NOOP_HOOK
 
@@ -141,9 +142,20 @@ def ratio_vs_batch(results: dict[str, Any], size: str = "small", metric: str = "
                                row=r_i, col=c_i)
     fig.update_layout(shapes=shapes, annotations=list(fig.layout.annotations) + notes)
     # Axis titles once per row (y) and once per column (x, under its lowest panel), so no title
-    # runs into the next panel.
+    # runs into the next panel. Log axes with every tick labelled in full (figstyle.log_ticks):
+    # the batch sizes measured, and the ratios each panel draws with its reference and targets.
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
+    batches = sorted({r["batch"] for r in rows})
+    fig.update_xaxes(tickvals=batches, ticktext=[str(b) for b in batches])
+    for i, op in enumerate(names):
+        values = [r[metric] for r in rows if r["op"] == op] + ([1.0] if ref else []) + [
+            v for v, _ in target_lines]
+        ticks, labels = figstyle.log_ticks(values)
+        fig.update_yaxes(tickvals=ticks, ticktext=labels, row=i // ncols + 1, col=i % ncols + 1)
+    for i in range(max(len(names), 1), nrows * ncols):  # the grid's empty cells: nothing drawn
+        fig.update_xaxes(visible=False, row=i // ncols + 1, col=i % ncols + 1)
+        fig.update_yaxes(visible=False, row=i // ncols + 1, col=i % ncols + 1)
     for i in range(len(names) or 1):
         r_i, c_i = i // ncols + 1, i % ncols + 1
         if c_i == 1:
@@ -264,8 +276,6 @@ def overhead_chart(results: dict[str, Any], field: str = "us_per_node_vs_none",
 
     below = sorted({r["label"] for r in rows if _finite(r[field]) and r[field] < -noise(r)})
     if any(_finite(r[field]) and r[field] < 0 for r in rows):
-        from funcbwd_lab import figstyle
-
         expected = [x for x in below if x in ("builtin", "handfixed")]
         other = [x for x in below if x not in expected]
         figstyle.add_caption(fig, " ".join(filter(None, [
