@@ -21,6 +21,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenarios", default=None, help="comma-separated scenarios (default all)")
     p.add_argument("--strategies", default=None, help="comma-separated strategies (default all)")
     p.add_argument("--quick", action="store_true", help="only the first sample of each op")
+    p.add_argument("--recompute", action="store_true",
+                   help="run the matrix here instead of reading the saved run in --data (minutes; "
+                        "the command says how many before it starts)")
     p.add_argument("--data", default=None, metavar="DIR",
                    help=f"directory of saved results (bench-quick.json, coverage.json.gz, ...); "
                         f"default ${options.DATA_ENV} if set, else ./data")
@@ -36,7 +39,7 @@ def main(args: argparse.Namespace) -> int:
     with options.progress_of(args, "report") as progress:
         page, sections = build_report(args.ops, quick=args.quick, scenarios=args.scenarios,
                                       strategies=args.strategies, data_dir=data_dir,
-                                      progress=progress)
+                                      progress=progress, recompute=args.recompute)
     out = Path(args.out)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True)

@@ -153,7 +153,7 @@ def build_report(ops: str | Sequence[str] | None = None, *, quick: bool = False,
                       figure=FigureEmbedder(), data_dir=Path(data_dir), results=results,
                       matrix_source="saved")
         progress(f"the matrix from the saved run {shown_path(saved)} ({len(results)} cells; "
-                 f"recompute it: name --ops), then {len(SECTIONS)} sections: about "
+                 f"recompute it: --recompute), then {len(SECTIONS)} sections: about "
                  f"{SECTIONS_SECONDS} s on 2 cores")
     else:
         ctx = Context(ops=parse_names("op", ops if ops is not None else list(registry.TEST_OPS),

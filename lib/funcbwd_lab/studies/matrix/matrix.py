@@ -132,13 +132,14 @@ LEGEND = {
     "ok": "passed: every applicable sample matched the per-sample loop",
     "ok*": "passed without the strategy's mechanism running in every sample (plain path: e.g. "
            "the formula ran as written outside vmap, or the op was decomposed before its kernel)",
-    "+fb": "passed using vmap's slow per-sample fallback (the HTML tables also mark failures)",
+    "+fb": "passed using vmap's slow per-sample fallback",
     "WRONG": "ran, but the result differs from torch's own gradient (or, for a formula torch "
              "has no op for, the per-sample loop); WRONG* = it agrees with the legacy formula, "
              "which is wrong there",
     "TIME": "the budget ran out before every in_dims choice ran (not a pass)",
     "k/n": "k of the n applicable samples passed (shown when some, not all, did)",
     "n/a": "not applicable (e.g. no forward-mode rule for a jvp scenario)",
+    "zero?": "uninformative: torch's answer is zero there, so a formula returning zeros would pass",
 }
 
 
@@ -192,6 +193,7 @@ def legend(cells: Iterable[dict[str, Any]], width: int = WIDTH) -> str:
         "k/n": any(c["status"] in ("fail", "mismatch") and 0 < c["passed"] < c["total"]
                    for c in cells),
         "n/a": any(c["status"] == "not_applicable" for c in cells),
+        "zero?": any(c["status"] == "uninformative" for c in cells),
     }
     rows = [[m, LEGEND[m]] for m in LEGEND if used[m]]
     for r in dict.fromkeys(c["reason"] for c in cells if c["status"] == "fail"):

@@ -19,6 +19,8 @@ from funcbwd_lab import figstyle
 from funcbwd_lab.tables import Rich
 
 PICK_COLOR, BEHIND_COLOR, OTHER_COLOR = "#1a9850", "#f46d43", "#9ecae1"
+#: what the orange (chart) and bold (tables) mark: one criterion per candidate, the deciding one
+BEHIND = "the criterion that ranks it behind the pick (the first on which they differ)"
 _CSS = ("font:13px/1.45 system-ui,sans-serif;max-width:100%;border:2px solid #1a9850;"
         "border-radius:6px;padding:8px 12px;margin:4px 0;box-sizing:border-box")
 
@@ -69,7 +71,7 @@ def footnote(d: Decision) -> str:
     """How to read the table, the basis of the counts, where the numbers come from, and the notes."""
     return " ".join([
         "Ranked on the columns left to right (the first one that differs decides; timings come last, "
-        "so they only break ties); marked (bold): where each candidate falls behind the pick; ref rows are "
+        f"so they only break ties); marked (bold): {BEHIND}; ref rows are "
         f"references, not candidates; – = not measured. Counts over {d.basis}.",
         f"Costs: {d.sources.get('costs', '')}.", f"Probes: {d.sources.get('probes', '')}.", *d.notes])
 
@@ -136,7 +138,8 @@ def markdown(d: Decision) -> str:
                                 for i, v in enumerate(r)) + " |" for r, b in zip(rows[1:], behind)]
     lines += ["", f"_{footnote(d)} Computed by `funcbwd_lab.studies.review.review.decision` from "
               "`data/review-evidence.json` (regenerate with `python tools/update_readme.py`); "
-              "`notebooks/design_review.ipynb` recomputes every row live._"]
+              "`notebooks/design_review.ipynb` recomputes every row from the saved matrix and its own "
+              "probes (`RECOMPUTE = True` there runs the matrix too)._"]
     return "\n".join(lines)
 
 
@@ -174,7 +177,7 @@ def chart(d: Decision):
             missing.append(c.label)
         fig.update_xaxes(title_text=c.unit, row=ri, col=ci, rangemode="tozero")
         fig.update_yaxes(type="category", row=ri, col=ci, showticklabels=ci == 1)
-    for label, color in (("pick", PICK_COLOR), ("behind the pick on this criterion", BEHIND_COLOR),
+    for label, color in (("pick", PICK_COLOR), (BEHIND, BEHIND_COLOR),
                          ("other candidate", OTHER_COLOR)):
         fig.add_trace(go.Bar(x=[None], y=[None], name=label, marker_color=color, showlegend=True,
                              hoverinfo="skip"), row=1, col=1)
@@ -182,7 +185,7 @@ def chart(d: Decision):
                "first criterion on which a candidate differs from the pick decides. Counts over "
                f"{d.basis}. Costs: {d.sources.get('costs', '')}."
                + (f" Not measured: {', '.join(missing)}." if missing else ""))
-    figstyle.style(fig, f"Decision: {d.pick}, on every criterion", x_title="", y_title="",
+    figstyle.style(fig, f"Decision: {d.pick}, ranked on the criteria in order", x_title="", y_title="",
                    height=(250 + 22 * lines) * nrows + 200, caption=caption, left=left,
                    above=22 * lines + 6)
     for i, c in enumerate(crit):  # style() set one x title for all panels: put the units back
