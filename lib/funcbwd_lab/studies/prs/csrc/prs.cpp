@@ -44,23 +44,25 @@ namespace {
 using at::Tensor;
 
 // ----------------------------------------------------------------------------- decompositions
-Tensor unfold_backward_decomposition(const Tensor& grad, c10::SymIntArrayRef input_sizes,
-                                     int64_t dim, int64_t size, int64_t step) {
-  if (input_sizes.empty()) {  // unfold of a 0-dim tensor: one window of size 1
+// unfold's backward as ops that have batching rules (torch._decomp's decomposition, out of
+// place): the windows' elements index_add-ed back into zeros of the input's shape. A 0-dim
+// input has one window of size 1.
+static Tensor unfold_backward_decomposition(const Tensor& grad, c10::SymIntArrayRef input_sizes,
+    int64_t dim, int64_t size, int64_t step) {
+  if (input_sizes.empty()) {
     return at::squeeze_copy(grad, 0);
   }
-  const int64_t d = c10::maybe_wrap_dim(dim, static_cast<int64_t>(input_sizes.size()));
-  // element positions of every window, window-major: the order grad's last two dims have
+  const auto d = c10::maybe_wrap_dim(dim, static_cast<int64_t>(input_sizes.size()));
   auto positions = at::arange(input_sizes[d].guard_int(__FILE__, __LINE__),
-                              grad.options().dtype(at::kLong))
-                       .unfold(0, size, step)
-                       .flatten();
+                              grad.options().dtype(at::kLong)).unfold(0, size, step).flatten();
   auto windows = grad.movedim(-1, d + 1).flatten(d, d + 1);
   return at::zeros_symint(input_sizes, grad.options()).index_add(d, positions, windows);
 }
 
 // ----------------------------------------------------------------------------- aten::copy, vmap
-bool may_overlap(at::IntArrayRef size, at::IntArrayRef stride) {
+// (from here to the end of copy_batch_rule: the body of docs/prs/copy-rules.diff's
+// BatchRulesCopy.cpp, tests/test_prs.py checks they are the same text)
+static bool may_overlap(at::IntArrayRef size, at::IntArrayRef stride) {
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims of size > 1
   for (size_t i = 0; i < size.size(); ++i) {
     if (size[i] > 1) dims.emplace_back(stride[i], size[i]);
@@ -74,7 +76,7 @@ bool may_overlap(at::IntArrayRef size, at::IntArrayRef stride) {
   return false;
 }
 
-bool self_overlaps(at::IntArrayRef size, at::IntArrayRef stride) {
+static bool self_overlaps(at::IntArrayRef size, at::IntArrayRef stride) {
   for (size_t i = 0; i < size.size(); ++i) {
     if (stride[i] == 0 && size[i] > 1) return true;
   }
@@ -84,7 +86,7 @@ bool self_overlaps(at::IntArrayRef size, at::IntArrayRef stride) {
 // Sample i of the result is src_i broadcast to dst's sample shape, cast to dst's dtype, laid out
 // like dst's sample (its strides and storage offset inside a private frame per sample), which is
 // what upstream aten::copy promises one sample (clone_preserve_strides(dst), then copy_(src)).
-Tensor copy_batch_rule(const Tensor& self, const Tensor& src, bool non_blocking) {
+static Tensor copy_batch_rule(const Tensor& self, const Tensor& src, bool non_blocking) {
   c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
   auto layer = at::functorch::maybeCurrentDynamicLayer();
   TORCH_INTERNAL_ASSERT(layer.has_value(), "copy_batch_rule outside vmap");
