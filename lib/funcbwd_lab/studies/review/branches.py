@@ -179,7 +179,46 @@ def run() -> dict[str, Any]:
             print(f"{site.site_id}: eager {row['eager_slow_over_fast']}x, compliance "
                   f"{row['compliance_fast'][:4]}/{row['compliance_slow'][:4]}", flush=True)
     return {"schema": SCHEMA, "torch": torch.__version__, "rounds": ROUNDS, "rows": rows,
-            "date": time.strftime("%Y-%m-%d")}
+            "date": time.strftime("%Y-%m-%d"), "subclass_like": subclass_like(),
+            "scalar_branches": scalar_branches()}
+
+
+def subclass_like() -> dict[str, Any]:
+    """What ``isTensorSubclassLike`` tests, read from the installed torch's own header
+    (ATen/TensorSubclassLikeUtils.h): the dispatch keys, and whether any dispatch mode makes it
+    true for every tensor."""
+    import re
+
+    header = Path(torch.__file__).parent / "include" / "ATen" / "TensorSubclassLikeUtils.h"
+    if not header.exists():
+        return {}
+    text = header.read_text()
+    body = text[text.index("kFunctorchWrappedTensors"):text.index("inline bool isTensorSubclassLike")]
+    keys = re.findall(r"DispatchKey::(\w+)", body) + re.findall(r"BackendComponent::(\w+)", body)
+    fn = text[text.index("inline bool isTensorSubclassLike"):]
+    fn = fn[:fn.index("}") + 1]
+    return {"keys": keys, "dispatch_mode_makes_true": "dispatch_mode_enabled()" in fn,
+            "git": torch.version.git_version}
+
+
+def scalar_branches() -> dict[str, Any]:
+    """norm_jvp (FunctionsManual.cpp at 002ca6715ba1, re-created in funcbwd_lab.ops.live) branches
+    on its scalar p: the graph make_fx records differs with p, so a graph keyed without p's value,
+    or with p as a graph input, would run the wrong branch."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from funcbwd_lab.ops.live.jvp_reductions import norm_jvp_fast
+
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    t = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+    graphs = {}
+    for p in (1.0, float("inf")):
+        norm = torch.linalg.vector_norm(x, p, 1, False)
+        def jvp_at(order: float) -> Any:
+            return lambda a, b, n: norm_jvp_fast(a, b, order, n, [1], False)
+        g = make_fx(jvp_at(p))(x, t, norm)
+        graphs["inf" if p == float("inf") else str(p)] = _ops(g)
+    return {"op": "norm_jvp", "graphs": graphs, "same": len(set(map(tuple, graphs.values()))) == 1}
 
 
 def summary(doc: dict[str, Any]) -> dict[str, Any]:
