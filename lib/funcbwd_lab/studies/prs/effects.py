@@ -56,6 +56,27 @@ def outcome(call: Callable[[], Any], loop: Callable[[], Any]) -> str:
     return "pass" if same and len(got) == len(want) else "mismatch"
 
 
+#: an outcome's error, in a few words: (substring of the message, words)
+ERRORS = (("inplace arithmetic", "vmap's in-place error"),
+          ("derivative for aten::copy is not implemented", "no derivative for aten::copy"),
+          ("forward AD with aten::copy", "no forward-AD formula for aten::copy"),
+          ("hit the vmap fallback", "the slow fallback (disabled)"))
+
+
+def describe(outcome_or_message: str) -> str:
+    """"pass", "mismatch", or an error's message in a few words (:data:`ERRORS`; a fallback
+    names its op)."""
+    import re
+
+    if outcome_or_message in ("pass", "mismatch", ""):
+        return outcome_or_message
+    for key, words in ERRORS:
+        if key in outcome_or_message:
+            op = re.search(r"(aten::[\w.]+) hit the vmap fallback", outcome_or_message)
+            return f"{op.group(1)}'s slow fallback" if op else words
+    return outcome_or_message.split(":")[0]
+
+
 def _vjp_case(f: Callable, x: torch.Tensor, cts: torch.Tensor) -> tuple[Callable, Callable]:
     def h(ct):
         return torch.func.vjp(f, x)[1](ct)[0]

@@ -42,18 +42,19 @@ class Criterion:
     better: str  # "max" | "min"
     path: tuple[str, ...]
     unit: str
+    short: str = ""  # the table header
 
 
 CRITERIA = (
-    Criterion("fixes", "fixes over the legacy formulas", "max", ("matrix", "fixes"), "cells"),
-    Criterion("wrong", "wrong results", "min", ("matrix", "wrong"), "cells"),
+    Criterion("fixes", "fixes over the legacy formulas", "max", ("matrix", "fixes"), "cells", "fixes"),
+    Criterion("wrong", "wrong results", "min", ("matrix", "wrong"), "cells", "wrong"),
     Criterion("no_fallback", "passes without slow fallback", "max", ("matrix", "no_fallback"),
-              "cells"),
-    Criterion("off_instructions", "vmap off, instructions vs builtin", "min",
-              ("cost", "vmap_off", "instructions"), "x"),
-    Criterion("on_instructions", "vmap on, instructions vs builtin", "min",
-              ("cost", "vmap_on", "instructions"), "x"),
-    Criterion("on_time", "vmap on, time vs builtin", "min", ("cost", "vmap_on", "time"), "x"),
+              "cells", "no fallback"),
+    Criterion("off_instructions", "instructions vs builtin with vmap off", "min",
+              ("cost", "vmap_off", "instructions"), "x", "instr., vmap off"),
+    Criterion("on_instructions", "instructions vs builtin under vmap", "min",
+              ("cost", "vmap_on", "instructions"), "x", "instr., vmap"),
+    Criterion("on_time", "time vs builtin under vmap", "min", ("cost", "vmap_on", "time"), "x", "time, vmap"),
 )
 
 
@@ -129,17 +130,17 @@ def markdown(decision: Mapping[str, Any]) -> list[str]:
 
     if not decision["measured"]:
         return [paragraph(
-            f"**{decision['why']}.** The pick below the Python ranking is not made: the question "
-            "is about C++ (a guard in FunctionsManual.cpp, a composite op, a prologue in generated "
-            "code), and no approach has a C++ number on this branch. When data/cpp.json is there, "
+            f"**{decision['why']}.** No pick is made: the question is about C++ (a guard in "
+            "FunctionsManual.cpp, a composite op, a prologue in generated code), and no approach "
+            "has a C++ number on this branch. When data/cpp.json is there, "
             "this section ranks each approach built in C++ with torch's own formula (the status "
-            f"quo) on: {', '.join(c.label for c in CRITERIA)} (funcbwd_lab.studies.review."
-            "cpp_decision).", WIDTH), ""]
+            f"quo) on, in order: {'; '.join(c.label for c in CRITERIA)} (funcbwd_lab.studies."
+            "review.cpp_decision).", WIDTH), ""]
     lead = (f"**Pick on C++ numbers: `{decision['pick']}`**"
             + (" (the status quo: no candidate is ahead of torch's own formula)"
                if decision["status_quo_wins"] else "") + ".")
     out = [paragraph(lead, WIDTH), "",
-           "| rank | approach | " + " | ".join(c.label for c in CRITERIA) + " |",
+           "| rank | approach | " + " | ".join(c.short for c in CRITERIA) + " |",
            "|---|---|" + "---|" * len(CRITERIA)]
     for r in decision["rows"]:
         cells = [(f"**{_cell(c, r.get(c.name), r)}**" if r["behind_on"] == c.name

@@ -3,8 +3,9 @@
 For every OpInfo of torch 2.13's op_db with autograd (float32, its first :data:`SAMPLES` samples),
 torch's own backward runs eagerly on plain CPU tensors under ``torch.profiler`` (no dispatch mode:
 ``isTensorSubclassLike`` stays false, so the C++ formulas take their in-place fast paths), and every
-in-place ATen call (a name ending in ``_``) is attributed to the backward Node whose
-``evaluate_function`` event encloses it:
+in-place ATen call (a name ending in ``_``) is attributed to the backward Node whose ``apply`` encloses
+it (a profiler range opened by a pre-hook and closed by a hook on every Node: the engine's own work
+around a Node, accumulating gradients into the next Node's input buffer, is outside it):
 
 * **direct**: the call's parent event is the Node itself (the formula writes in place);
 * **nested**: the call sits inside another ATen op the formula calls (a composite that writes in
@@ -32,7 +33,7 @@ from funcbwd_lab.studies.review import saved
 SCHEMA = "funcbwd-review-inplace-formulas/1"
 FILE = "review-inplace-formulas.json"
 SAMPLES = 3
-NODE_PREFIX = "autograd::engine::evaluate_function: "
+NODE_PREFIX = "funcbwd::node: "
 FACTORIES = ("zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
              "empty_like", "new_zeros", "new_ones", "new_full", "new_empty", "scalar_tensor",
              "arange", "eye", "tensor")
@@ -58,8 +59,38 @@ def _attribute(events: Any) -> dict[str, dict[str, set]]:
         if aten and aten[0].split("::", 1)[1] in FACTORIES:
             continue  # the fill of a fresh factory
         kind = "nested" if aten else "direct"
+        if kind == "nested" and e.name in ("aten::fill_", "aten::zero_"):
+            continue  # a helper filling the fresh tensor it made (a scalar, a factory)
         out.setdefault(node, {"direct": set(), "nested": set()})[kind].add(e.name[6:])
     return out
+
+
+def bracket(outs: list) -> None:
+    """A profiler range around every Node's apply of the graph behind ``outs`` (pre-hook opens
+    it, hook closes it)."""
+    import torch
+
+    seen, todo = set(), [o.grad_fn for o in outs if o.grad_fn is not None]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        todo += [n for n, _ in node.next_functions if n is not None]
+        if any(s in node.name() for s in SKIP_NODES):
+            continue
+        ranges: list = []
+
+        def pre(grads, node=node, ranges=ranges):
+            r = torch.profiler.record_function(NODE_PREFIX + node.name())
+            r.__enter__()
+            ranges.append(r)
+
+        def post(grads_in, grads_out, ranges=ranges):
+            if ranges:
+                ranges.pop().__exit__(None, None, None)
+        node.register_prehook(pre)
+        node.register_hook(post)
 
 
 def profile_op(op_id: str) -> dict[str, Any]:
@@ -88,6 +119,7 @@ def profile_op(op_id: str) -> dict[str, Any]:
             outs = [o for o in spec.outputs_tuple(spec.torch_op(*full)) if o.requires_grad]
             if not outs:
                 continue
+            bracket(outs)
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 torch.autograd.grad(outs, prim, [torch.ones_like(o) for o in outs],
                                     allow_unused=True)
