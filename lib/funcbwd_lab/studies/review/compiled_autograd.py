@@ -91,7 +91,9 @@ def captured_graph() -> dict[str, Any]:
         x = torch.randn(3, 5, generator=torch.Generator().manual_seed(0), requires_grad=True)
         return torch.diag(x, 0).sin().sum()
 
-    with warnings.catch_warnings():
+    from funcbwd.internals import dynamo
+
+    with warnings.catch_warnings(), dynamo.fresh_compiler():  # a cached graph is not handed over
         warnings.simplefilter("ignore")
         with compiled_autograd._enable(compiler):
             loss().backward()

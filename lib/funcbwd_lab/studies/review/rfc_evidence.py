@@ -108,6 +108,8 @@ def _reason(text: str, limit: int = 80) -> str:
 
 
 def _entries(xs: Sequence[Mapping[str, Any]], why: bool = False) -> str:
+    if not xs:
+        return "none"
     return "; ".join(f"`{x['test'].removeprefix('test_')}` `{x['op']}` (line {x['line']}"
                      + ((f": \"{_reason(x['reason'])}\"" if x["reason"] else ": no comment")
                         if why else "") + ")" for x in xs)
@@ -124,8 +126,9 @@ def tests_section(inputs: Mapping[str, Any], pick: str) -> list[str]:
     out += _p(f"Of {r['entries']} upstream entries ({UPSTREAM_TESTS} at 28a580b0d2; verdicts on "
               f"torch {r['torch']}, CPU only: CUDA is not measured; "
               + ", ".join(f"{k} {n}" for k, n in sorted(r["counts"].items())) + "), the sweep "
-              f"calls {len(r['fixed']) + len(r['withdrawn'])} \"fixed\" by `{r['strategy']}`, all "
-              "`_has_batch_rule` entries (speed, not in-place fixes: objection 1). "
+              f"calls {len(r['fixed']) + len(r['withdrawn'])} \"fixed\" by `{r['strategy']}`, "
+              f"{sum(v['test'].endswith('_has_batch_rule') for v in r['fixed'] + r['withdrawn'])} "
+              "of them `_has_batch_rule` entries (speed, not in-place fixes: objection 1). "
               + (f"{len(r['withdrawn'])} of them withdrawn: "
                  + "; ".join(f"`{_op(v)}` (its graph still falls back in "
                              f"{', '.join(v['falls_back'])}, data/fallback-speedup.json, which "
@@ -133,8 +136,8 @@ def tests_section(inputs: Mapping[str, Any], pick: str) -> list[str]:
                              "traced_backward saw Python-side warnings only)"
                              for v in r["withdrawn"]) + ". " if r["withdrawn"] else "")
               + "The rest:")
-    out += [_b(f"`{v['test']}` {_op(v)} (xfail, line {v['source'].rsplit(' ', 1)[-1]})")
-            for v in r["fixed"]] or ["- none"]
+    out += [_b(f"`{v['test']}` {_op(v)} ({v['kind']}, line {v['source'].rsplit(' ', 1)[-1]}; "
+               f"fixed by {', '.join(v['fixed_by'])})") for v in r["fixed"]] or ["- none"]
     out.append("")
     pu = inputs.get("prs_upstream")
     if pu is not None:
@@ -145,8 +148,7 @@ def tests_section(inputs: Mapping[str, Any], pick: str) -> list[str]:
         from funcbwd_lab.studies.prs.effects import describe
 
         out += _p(
-            f"None of these {len(r['fixed'])} needs a mechanism ({len(mine)} are retired by a "
-            f"small PR): run on torch "
+            f"{len(mine)} of these {len(r['fixed'])} need no mechanism: run on torch "
             f"{pu['torch']} through unittest with their `xfail` in place, the small PRs' kernels "
             f"built out of tree turn {sum(x['retired'] for x in rows)} of {len(rows)} entries "
             "from expected failures into unexpected successes ("
@@ -154,8 +156,10 @@ def tests_section(inputs: Mapping[str, Any], pick: str) -> list[str]:
                         f"[{x['pr']}](prs/{x['pr']}.md)" for x in rows if x["retired"])
             + "), while the control entries stay expected failures with every kernel ("
             + "; ".join(f"`{x['op']}`: still {describe(x['with']['message'])}" for x in ctrl)
-            + "). data/prs-upstream.json; the tests ran as a verbatim excerpt of the file "
-            "(this machine cannot download it; the study runs the whole file when it can).")
+            + "). data/prs-upstream.json"
+            + ("; the tests ran as a verbatim excerpt of upstream's files (the machine that ran "
+               "them could not download them; the study runs the whole files when it can)."
+               if any(f["excerpt"] for f in pu["files"].values()) else "."))
     kinds = split_kinds(r["stale"])
     dup = len(r["stale"]) - len(kinds["skip"]) - len(kinds["xfail"])
     again = (inputs.get("objections") or {}).get("stale_reruns") or []

@@ -60,8 +60,7 @@ static Tensor unfold_backward_decomposition(const Tensor& grad, c10::SymIntArray
 }
 
 // ----------------------------------------------------------------------------- aten::copy, vmap
-// (from here to the end of copy_batch_rule: the body of docs/prs/copy-rules.diff's
-// BatchRulesCopy.cpp, tests/test_prs.py checks they are the same text)
+// (to the end of copy_batch_rule: docs/prs/copy-rules.diff's text, tests/test_prs.py)
 static bool may_overlap(at::IntArrayRef size, at::IntArrayRef stride) {
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims of size > 1
   for (size_t i = 0; i < size.size(); ++i) {
