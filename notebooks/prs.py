@@ -35,6 +35,7 @@ import torch
 from torch.func import functionalize, jacrev, vjp, vmap
 
 from funcbwd_lab.studies.prs import build, effects, upstream
+from funcbwd_lab.studies.review import copy_repro
 
 warnings.simplefilter("ignore")
 why = build.available()
@@ -85,7 +86,7 @@ if not why:
 
 # %%
 if not why:
-    for r in effects.issue_103329(build):
+    for r in copy_repro.run()["rows"]:
         print(r["composition"])
         for k in ("neither", "derivative and forward AD", "all three rules"):
             print(f"  {k:<26} {effects.describe(r[k])}")

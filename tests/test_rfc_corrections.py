@@ -201,3 +201,12 @@ def test_every_data_file_the_rfc_cites_exists(text):
     cited = set(re.findall(r"data/([\w.-]+\.json(?:\.gz)?)", text))
     missing = [c for c in cited if not (DATA / c).exists() and c != cpp_decision.FILE]
     assert not missing, missing
+
+
+def test_pytorch_103329s_own_repro_is_not_the_copy_rules_evidence(inputs, text):
+    rows = {r["composition"]: r for r in inputs["copy_repro"]["rows"]}
+    repro = next(r for k, r in rows.items() if "repro" in k)
+    assert all("inplace arithmetic" in repro[k] for k in ("neither", "all three rules"))
+    fn = rows["vmap(jacrev(functionalize(f)))"]
+    assert fn["neither"] != "pass" and fn["all three rules"] == "pass"
+    assert "the issue's own repro, `vmap(jacrev(f))`, still raises (vmap's in-place error)" in text

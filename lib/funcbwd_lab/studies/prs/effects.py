@@ -8,9 +8,8 @@ remove it):
   choice of (input, target, cotangent, two outer cotangents), with torch's kernel, the fixed
   guard (``bce_double_backward``) and torch's guard re-built out of tree (the mutation);
 * **aten::copy**: the batching rule on :data:`LAYOUTS` x sources x batch dims, values and
-  ``as_strided`` reads of dst's geometry against the loop; pytorch#103329's function under
-  ``vmap(jacrev(f))`` (the issue's repro), ``vmap(jacrev(functionalize(f)))`` and
-  ``vmap(jacfwd(functionalize(f)))`` with neither, one or both rules.
+  ``as_strided`` reads of dst's geometry against the loop (pytorch#103329's compositions with the
+  rules: :mod:`funcbwd_lab.studies.review.copy_repro`).
 
 ``python -m funcbwd_lab.studies.prs.effects --out data/prs-effects.json`` (about a minute; builds
 the kernels on first use).
@@ -185,30 +184,6 @@ def copy_rule(build: Any) -> dict[str, int]:
     return counts
 
 
-def issue_103329(build: Any) -> list[dict[str, Any]]:
-    from torch.func import functionalize, jacfwd, jacrev, vmap
-
-    from funcbwd_lab.studies.yourcode.cases.issues import zeros_then_item_assignment as f
-
-    g = torch.Generator().manual_seed(3)
-    x, y = torch.randn(B, 5, 6, generator=g), torch.randn(B, 5, 6, generator=g)
-    comps = {"vmap(jacrev(f)) (the issue's repro)": lambda: vmap(jacrev(f))(x, y),
-             "vmap(jacrev(functionalize(f)))": lambda: vmap(jacrev(functionalize(f)))(x, y),
-             "vmap(jacfwd(functionalize(f)))": lambda: vmap(jacfwd(functionalize(f)))(x, y)}
-    loops = {"vmap(jacrev(f)) (the issue's repro)": jacrev, "vmap(jacrev(functionalize(f)))": jacrev,
-             "vmap(jacfwd(functionalize(f)))": jacfwd}
-    rows = []
-    for name, call in comps.items():
-        row = {"composition": name}
-        for label, ks in (("neither", []), ("derivative and forward AD", ["copy_autograd"]),
-                          ("all three rules", ["copy_autograd", "copy_batch_rule"])):
-            with build.kernels(ks):
-                row[label] = outcome(call, lambda: torch.stack(
-                    [loops[name](f)(x[i], y[i]) for i in range(B)]))
-        rows.append(row)
-    return rows
-
-
 def run() -> dict[str, Any]:
     from funcbwd_lab.studies.prs import build
 
@@ -217,19 +192,31 @@ def run() -> dict[str, Any]:
         warnings.simplefilter("ignore")
         return {"schema": SCHEMA, "torch": torch.__version__,
                 "decompositions": decompositions(build), "bce": bce(build),
-                "copy_rule": copy_rule(build), "issue_103329": issue_103329(build)}
+                "copy_rule": copy_rule(build)}
 
 
 def load(data_dir: str | Path) -> dict[str, Any] | None:
-    from funcbwd_lab.studies.review import saved
+    from funcbwd_lab.studies.prs import load_saved
 
-    return saved.load(data_dir, FILE, SCHEMA)
+    return load_saved(data_dir, FILE, SCHEMA)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from funcbwd_lab.studies.review import saved
+    import argparse
+    import json
 
-    return saved.main(__name__, __doc__, FILE, lambda a: run(), argv)
+    from funcbwd_lab import command
+
+    p = argparse.ArgumentParser(prog="python -m funcbwd_lab.studies.prs.effects",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help=f"the JSON to write (e.g. data/{FILE})")
+    command.add_force(p)
+    a = p.parse_args(argv)
+    if command.out_refused(p.prog, a.out, a.force):
+        return 2
+    Path(a.out).write_text(json.dumps(run(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {a.out}")
+    return 0
 
 
 if __name__ == "__main__":

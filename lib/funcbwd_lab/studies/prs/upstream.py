@@ -192,9 +192,9 @@ def run(directory: Path, progress: bool = True) -> dict[str, Any]:
 
 
 def load(data_dir: str | Path) -> dict[str, Any] | None:
-    from funcbwd_lab.studies.review import saved
+    from funcbwd_lab.studies.prs import load_saved
 
-    return saved.load(data_dir, FILE, SCHEMA)
+    return load_saved(data_dir, FILE, SCHEMA)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -148,17 +148,17 @@ def corrections(inputs: Mapping[str, Any], pick: str, retired: Mapping[str, Any]
             + f", and {len(g['aten_calls_in_graph'])} ATen calls, where the same backward "
             f"dispatches {len(g['eager_aten_calls'])} distinct ATen ops eagerly), and its Python "
             "side returns dummy tensors (data/review-compiled-autograd.json); objection 5.")
-    eff = inputs.get("prs_effects")
-    if eff:
+    cr = inputs.get("copy_repro")
+    if cr:
         from funcbwd_lab.studies.prs.effects import describe
 
-        r = {x["composition"]: x for x in eff["issue_103329"]}
+        r = {x["composition"]: x for x in cr["rows"]}
         repro = next(v for k, v in r.items() if "repro" in k)
         items.append(
             "pytorch#103329 among the copy rules' evidence: corrected. With the three rules "
             "built out of tree the issue's own repro, `vmap(jacrev(f))`, still raises "
             f"({describe(repro['all three rules'])}); only `vmap(jacrev(functionalize(f)))` "
-            "and `vmap(jacfwd(functionalize(f)))` need them (data/prs-effects.json).")
+            "and `vmap(jacfwd(functionalize(f)))` need them (data/review-copy-repro.json).")
     items.append("`skip()` entries listed apart from the expected failures, with upstream's "
                  "reasons, and every verdict said to be CPU-only (torch 2.13.0+cpu).")
     items.append("The status quo and the out-of-place rewrite are candidates beside the "

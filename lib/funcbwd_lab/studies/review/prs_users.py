@@ -77,7 +77,7 @@ def prs(inputs: Mapping[str, Any], retired: Mapping[str, Any]) -> list[str]:
     copy_cells = sum(n for k, (n, _) in (sw or {}).get("all_causes", {}).items()
                      if k.startswith("copy_has_no"))
     cr = (eff or {}).get("copy_rule", {})
-    issue = {r["composition"]: r for r in (eff or {}).get("issue_103329", [])}
+    issue = {r["composition"]: r for r in (inputs.get("copy_repro") or {}).get("rows", [])}
     out.append(bullet(
         "[`aten::copy`'s batching rule, derivative and forward-AD formula](prs/copy-rules.md) "
         "(what functionalization emits for every `copy_`): "

@@ -36,8 +36,8 @@ COMPILED_FILE = "compiled.json"
 def load(data_dir: str | Path) -> dict[str, Any]:
     """Every saved input the document reads (a missing optional file is None)."""
     from funcbwd_lab.studies.prs import effects, upstream
-    from funcbwd_lab.studies.review import (branches, budget_resample, inplace_formulas,
-                                            objections, trigger)
+    from funcbwd_lab.studies.review import (branches, budget_resample, copy_repro,
+                                            inplace_formulas, objections, trigger)
 
     d = Path(data_dir)
     evidence = review.load_evidence(d / review.EVIDENCE_FILE)
@@ -49,7 +49,8 @@ def load(data_dir: str | Path) -> dict[str, Any]:
     out["cpp_study"] = cpp_decision.load(d)
     out.update(prs_upstream=upstream.load(d), prs_effects=effects.load(d),
                branches=branches.load(d), trigger=trigger.load(d),
-               inplace_formulas=inplace_formulas.load(d), budget_resample=budget_resample.load(d))
+               inplace_formulas=inplace_formulas.load(d), budget_resample=budget_resample.load(d),
+               copy_repro=copy_repro.load(d))
     out["objections"] = objections.load(d, evidence, out["coverage"])
     return out
 
@@ -203,7 +204,8 @@ def document(inputs: Mapping[str, Any], width: int = WIDTH) -> str:
 
         from funcbwd_lab.studies.review import branches
 
-        more = {k: inputs.get(k) for k in ("prs_upstream", "prs_effects", "budget_resample")}
+        more = {k: inputs.get(k) for k in ("prs_upstream", "prs_effects", "budget_resample",
+                                           "copy_repro")}
         more["branches_summary"] = (branches.summary(inputs["branches"])
                                     if inputs.get("branches") else None)
         out += objections.sections({**inputs["objections"], **more}, pick, ret,
