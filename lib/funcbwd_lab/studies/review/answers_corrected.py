@@ -78,8 +78,11 @@ def six(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
             + f", with {rs['budget_s']:.0f} s per cell on Dask "
             "(funcbwd_lab.studies.review.budget_resample, resumable): "
             + ", ".join(f"{k} {v}" for k, v in sorted(st.items())) + ". "
-            + ("So the sweep's budget, not the strategy, left them unknown: "
-               f"{bad} regress, {left} still ran out of time."
+            + (f"So the sweep's budget, not the strategy, left them unknown: {bad} regress; "
+               f"{b['seen'].get('uninformative', 0)} are uninformative (torch's answer is zero "
+               f"there, for builtin too); {left} still ran out of time ("
+               + ", ".join(sorted({r['cell'][0] for r in rs['rows'] if r['status'] == 'timeout'}))
+               + ", every in_dims choice they ran passed)."
                if whole else
                f"So, at {b['confidence']:.0%} confidence (exact, hypergeometric), at most "
                f"{b['at_most']['regression']} of the {b['population']} regress and at most "

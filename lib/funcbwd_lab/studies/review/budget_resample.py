@@ -1,19 +1,22 @@
-"""The OpInfo sweep's budget-spent cells, bounded: a seeded random sample re-run with a larger
-budget, and what it says of all of them with a stated confidence.
+"""The OpInfo sweep's budget-spent cells, re-run: every one (the default), or a seeded random
+sample with what it says of all of them at a stated confidence.
 
 The sweep (``data/coverage.json.gz``) left 809 cells where ``builtin`` passes and
 ``traced_backward`` spent its 3 s budget: neither pass nor failure. :mod:`.budget_rerun` re-ran an
-even sample of 12 at 30 s. This study draws :data:`SAMPLE` of them at random (seed :data:`SEED`,
-without replacement), re-runs each through the sweep's own cell runner
-(:func:`funcbwd_lab.studies.coverage.sweep.run_cell`) with :data:`BUDGET_S` per cell, on Dask
-(:func:`funcbwd_lab.parallel.map_items`, one item per cell, hard timeout :data:`ITEM_TIMEOUT_S`),
-and writes each record as it arrives to ``<out>.partial.jsonl`` (``--resume`` skips those).
+even sample of 12 at 30 s. This study draws the cells in a random order (seed :data:`SEED`,
+without replacement: ``--sample N`` keeps the first N), re-runs each through the sweep's own cell
+runner (:func:`funcbwd_lab.studies.coverage.sweep.run_cell`) with :data:`BUDGET_S` per cell, on
+Dask (:func:`funcbwd_lab.parallel.map_items`, one item per cell, hard timeout
+:data:`ITEM_TIMEOUT_S`), and writes each record as it arrives to ``<out>.partial.jsonl``
+(``--resume`` skips those; removed once the output is written).
 
-:func:`bound` turns the sample into an exact one-sided upper bound on how many of the whole
+:func:`bound` turns a sample into an exact one-sided upper bound on how many of the whole
 population are in a class (regression, or still out of budget): the largest count ``K`` for which
 drawing at most the observed number in ``n`` draws from ``N`` still has probability >= 5%
-(hypergeometric, no normal approximation). ``python -m funcbwd_lab.studies.review.budget_resample
---out data/review-budget-resample.json [--resume] [--workers 2]`` (about 20 minutes on 2 cores).
+(hypergeometric, no normal approximation); with every cell re-run it is the count itself.
+``python -m funcbwd_lab.studies.review.budget_resample --out data/review-budget-resample.json
+[--resume] [--workers 2] [--sample N]`` (every cell: about 45 minutes on one worker here, a random
+100 about 3).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from funcbwd_lab.studies.review import saved
 
 SCHEMA = "funcbwd-review-budget-resample/1"
 FILE = "review-budget-resample.json"
-SAMPLE, SEED, BUDGET_S, ITEM_TIMEOUT_S = 100, 39, 60.0, 240.0
+SAMPLE, SEED, BUDGET_S, ITEM_TIMEOUT_S = None, 39, 60.0, 240.0
 CONFIDENCE = 0.95
 STRATEGY = "traced_backward"
 #: a record's status -> what it says of the cell against builtin (which passes there)
@@ -48,10 +51,10 @@ def population(records: Sequence[dict[str, Any]]) -> list[tuple[str, str, str, s
     return budget_rerun.budget_cells(list(records))
 
 
-def draw(cells: Sequence[tuple], n: int = SAMPLE, seed: int = SEED) -> list[tuple]:
-    """``n`` cells drawn at random without replacement (seeded; sorted input, so the same data
-    gives the same draw)."""
-    return random.Random(seed).sample(sorted(cells), min(n, len(cells)))
+def draw(cells: Sequence[tuple], n: int | None = SAMPLE, seed: int = SEED) -> list[tuple]:
+    """``n`` cells (None: all) drawn at random without replacement (seeded; sorted input, so the
+    same data gives the same draw)."""
+    return random.Random(seed).sample(sorted(cells), len(cells) if n is None else min(n, len(cells)))
 
 
 def run_cell(cell: Sequence[str]) -> dict[str, Any]:
@@ -126,7 +129,8 @@ def bound(rows: Sequence[dict[str, Any]], population_size: int,
 
 
 # ------------------------------------------------------------------------------ the run
-def run(coverage: Path, out: Path, resume: bool, workers: int, n: int = SAMPLE) -> dict[str, Any]:
+def run(coverage: Path, out: Path, resume: bool, workers: int, n: int | None = SAMPLE
+        ) -> dict[str, Any]:
     import torch
 
     from funcbwd_lab import parallel
@@ -175,13 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default="data", help="the data directory (coverage.json.gz)")
     p.add_argument("--resume", action="store_true", help="skip the cells of <out>.partial.jsonl")
     p.add_argument("--workers", type=int, default=2, help="Dask worker processes (0: serial)")
-    p.add_argument("--sample", type=int, default=SAMPLE, help="cells to draw")
+    p.add_argument("--sample", type=int, default=SAMPLE, help="cells to draw (default: all)")
     command.add_force(p)
     a = p.parse_args(argv)
     if command.out_refused(p.prog, a.out, a.force):
         return 2
     doc = run(Path(a.data) / "coverage.json.gz", Path(a.out), a.resume, a.workers, a.sample)
     Path(a.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    Path(a.out).with_name(Path(a.out).name + ".partial.jsonl").unlink(missing_ok=True)  # done
     print(f"wrote {a.out}: {doc['status']}; at most {doc['bound']['at_most']}")
     return 0
 
