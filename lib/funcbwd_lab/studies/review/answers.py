@@ -259,11 +259,12 @@ def seven(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
         "sequence lengths miss once per length. In the corpus, no case's key changed per call "
         "(repeated misses: "
         + (", ".join(ch["corpus_summary"]["vmap"]["repeated_misses"]) or "none") + "). For core: "
-        "formula scalars (alpha, dim sizes read as doubles) should be graph inputs, not baked "
-        "constants (the tool already does this for ctx attributes of autograd.Function), and "
-        "symbolic sizes (objection 5's compiled_args key, or make_fx's symbolic mode) would "
-        "turn the length misses into hits; the bound keeps a never-repeating key from growing "
-        "memory, not from tracing.")
+        "scalars stay in the key, so nothing is written per formula and a scalar that changes "
+        "every step traces every step; making a scalar a graph input needs to know, per formula, "
+        "that no branch reads it (formulas branch on scalars: the change in core, above). "
+        "Symbolic sizes (`compiled_args`' key, or make_fx's "
+        "symbolic mode) would turn the length misses into hits; the bound keeps a "
+        "never-repeating key from growing memory, not from tracing.")
     return "holds for float scalars", out
 
 
