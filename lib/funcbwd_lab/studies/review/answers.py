@@ -79,9 +79,10 @@ def one(inputs: Mapping[str, Any], pick: str, retired: Mapping[str, Any],
         "do the job. Its value on today's torch is (a) deleting those branches: "
         f"{len(deleted.get('deleted', []))} of the hand-written sites pass every scenario with "
         "their fast path under the mechanism (below), and (b) removing vmap's slow fallbacks "
-        "(the `has_batch_rule` entries and data/fallback-speedup.json). It also fixes in-place "
-        "code that is not torch's: the re-created legacy formulas (the summary above) and users' "
-        "own code (the corpus, below), which is where the failures are today.")
+        "(the `has_batch_rule` entries and data/fallback-speedup.json), which the small PRs "
+        "below do for those entries with no mechanism at all. It also fixes in-place code that "
+        "is not torch's: the re-created legacy formulas (the summary above) and users' own code "
+        "(the corpus, below), which is where the failures are today.")
     return "conceded: speed, deletion", out
 
 
@@ -125,15 +126,17 @@ def two(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
         "in both forms. A dispatch mode sees in-place ATen calls in "
         f"{seen('legacy')} of {ran('legacy')} legacy formulas (and in {seen('modern')} of "
         f"{ran('modern')} modern ones) and every result is right.")
+    br = inputs.get("branches_summary")
     out += para(
-        "What the trigger must cover: the functorch layer alone is not enough to delete a "
-        "branch. The generated prologue must also route Python-key wrapper subclasses (anything "
-        "`isTensorSubclassLike` is true for, DTensor and NJT included) to the functionalized "
-        "graph, or those branches stay; meta, fake and dispatch modes need nothing for "
-        "correctness (a mode sees the in-place calls, which is its business). The C++ fast paths "
-        "themselves never ran under the mechanism: these are the Python re-creations, so the "
-        "PR must run composite compliance (test/test_ops.py `test_backward`/`test_forward_ad` "
-        "with `CompositeCompliance`) on every deleted branch.")
+        "What this means for deleting branches: the trigger is a vmap level (the change in core), "
+        "so a deleted branch leaves wrapper subclasses (DTensor, NJT, anything "
+        "`isTensorSubclassLike` is true for) on the fast path"
+        + (f", and CompositeCompliance, run on the fast paths, fails {br['compliance_fast_fail']} "
+           f"of {br['sites']} sites (data/review-branches.json)" if br else "")
+        + ". A branch can go only if the prologue also routes every subclass-like input to the "
+        "functionalized graph, which makes its trigger `isTensorSubclassLike` itself: the "
+        "per-site guards become one per Node, not none. Meta, fake and dispatch modes need "
+        "nothing for correctness (a mode sees the in-place calls, which is its business).")
     return f"holds: {len(escaped)} escape TwoTensor", out
 
 
@@ -209,100 +212,12 @@ def four(inputs: Mapping[str, Any], pick: str) -> tuple[str, list[str]]:
         f"none was built. {len(sc['copy_failing_cells'])} matrix cells fail on "
         "copy's missing derivative; in the OpInfo sweep the copy_has_no_* regressions of "
         "`whole`/`hooks` (objection 6) are what the scenario removes. So: land copy's three rules "
-        "now (a small PR, below: it fixes pytorch#103329 and those regressions for everyone); "
-        "the large change then rests on cost and on deleting branches, not on coverage.")
+        "now (a small PR, below: `vmap(jacrev(functionalize(f)))` of pytorch#103329's function "
+        "needs them, not the issue's own repro, and those regressions for everyone); the large "
+        "change then rests on cost and on deleting branches, not on coverage.")
     verdict = "ties; pick unchanged (cost)" if sc["picks"]["copy_failures_fail"] == pick else \
         f"pick changes to {sc['picks']['copy_failures_fail']}"
     return verdict, out
-
-
-def five(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
-    ca = inputs.get("compiled_autograd")
-    known = (
-        "From torch 2.13's sources: every generated Node has `compiled_args(CompiledNodeArgs&)` "
-        "(a per-node cache key over its saved sizes and scalars) and `apply_with_saved(...)`, "
-        "through which compiled autograd traces the node's formula into FX with symbolic saved "
-        "sizes: an existing C++ recorder of a node's ATen calls, which the RFC's open question "
-        "said core lacks. ")
-    if ca is None:
-        return "unknown", para(known + "**Unknown, because** data/review-compiled-autograd.json "
-                               "is not there.")
-    calls = ca["calls"]
-    under = [n for n in calls if n != "backward"]
-    n = ca.get("nodes") or {}
-    if n:
-        known = (
-            f"In torch {ca['torch']}'s installed headers (generated Functions.h), "
-            f"{n['compiled_args']} of {n['nodes']} backward Node structs declare "
-            "`compiled_args(CompiledNodeArgs&)` (a per-node cache key over saved sizes and "
-            f"scalars) and {n['apply_with_saved']} declare `apply_with_saved(...)`, through which "
-            "compiled autograd traces the node's formula into FX with symbolic saved sizes: an "
-            "existing C++ recorder of a node's ATen calls, which the RFC's open question said core "
-            "lacks. ")
-    out = para(
-        known + "Measured (funcbwd_lab.studies.review.compiled_autograd, compiled autograd enabled "
-        "with the eager backend): a plain `.backward()` is captured "
-        f"{calls['backward']['captures']} time(s); under torch.func it is not used at all: "
-        + ", ".join(f"`{n}` {calls[n]['captures']} captures" for n in under)
-        + ". The legacy diag formula under `vmap` over a vjp's cotangents fails the same way "
-        f"with it as without it ({calls['vmap_vjp_legacy_diag']['compiled_autograd']}).")
-    out += para(
-        "So compiled autograd fixes nothing for vmap today: torch.func's backward passes bypass "
-        "it. Built on its per-node parts, the mechanism would be: trace each node once via "
-        "`apply_with_saved` under a proxy mode, functionalize the FX graph (AOTAutograd's pass), "
-        "elide copies, cache by `compiled_args`' key; that answers the recorder question and "
-        "gives symbolic keys (objection 7). What it would cost (wiring it into functorch's "
-        "transforms, per node and without dynamo) is **unknown, because** no such prototype was "
-        "built in this round.")
-    return "bypassed by torch.func", out
-
-
-def six(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
-    sw = inputs["sweep"]
-    if sw is None:
-        return "unknown", para("**Unknown, because** the OpInfo sweep's data is not there.")
-    own = sw["per"][SWEEP_STRATEGY]
-    regress = ", ".join(f"{n} in {comp}" for (comp, _), n in sorted(sw["regressions_by"].items()))
-    causes = "; ".join(f"`{k}`: {n} cells ({', '.join(sts)})"
-                       for k, (n, sts) in sorted(sw["all_causes"].items()))
-    budget = sum(sw["budget"].values())
-    ib = sw["inplace_by"]
-    out = para(
-        f"What `{SWEEP_STRATEGY}` breaks against builtin: {own['regressions']} cells ({regress}). "
-        f"All regressions of the sweep by cause: {causes}.")
-    rr = inputs.get("budget_rerun")
-    if rr is None:
-        rerun = ("They were not re-run (**unknown, because** data/review-budget-rerun.json is not "
-                 "there).")
-    else:
-        st = rr["status"]
-        slow = [r for r in rr["rows"] if r["status"] == "pass"]
-        left = [r for r in rr["rows"] if r["status"] != "pass"]
-        rerun = (
-            f"Re-run with {rr['budget_s']:.0f} s per cell on an even sample of {rr['sampled']} of "
-            f"them (funcbwd_lab.studies.review.budget_rerun): {st.get('pass', 0)} pass, "
-            f"{st.get('timeout', 0)} still out of budget, {st.get('fail', 0) + st.get('mismatch', 0)} "
-            f"fail or mismatch; the passes took {min(r['seconds'] for r in slow):.0f} to "
-            f"{max(r['seconds'] for r in slow):.0f} s against builtin's "
-            f"{num(inputs['sweep']['budget_builtin_median_s'])} s median: slow (a trace per in_dims "
-            "choice), not wrong" + (", and " + ", ".join(
-                f"`{r['cell'][0]}` {r['cell'][3]} ({r['message']})" for r in left) if left else "")
-            + f". The other {budget - rr['sampled']} remain **unknown, because** re-running them "
-            "all is hours of one core.")
-    out += para(
-        f"What is unknown: {budget} cells where builtin passes and `{SWEEP_STRATEGY}` spent the "
-        f"sweep's {BUDGET_S:.0f} s budget ("
-        + ", ".join(f"{comp} {n}" for comp, n in sorted(sw["budget"].items()))
-        + f"; builtin's median there {num(sw['budget_builtin_median_s'])} s, max "
-        f"{num(sw['budget_builtin_max_s'])} s): neither pass nor failure. " + rerun)
-    out += para(
-        "The in-place cells (builtin fails with vmap's in-place error), fixed / not fixed / out "
-        "of budget: " + "; ".join(
-            f"`{st}` {v.get('fixed', 0)} / {v.get('not_fixed', 0)} / {v.get('unresolved', 0)}"
-            for st, v in ib.items())
-        + f". `{SWEEP_STRATEGY}` fixes fewer of them than `whole` and `hooks` in the sweep (the "
-        "deep pass: docs/opinfo-sweep.md).")
-    return f"{own['regressions']} regressions, {budget} unknown", out
 
 
 def seven(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
@@ -344,11 +259,12 @@ def seven(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
         "sequence lengths miss once per length. In the corpus, no case's key changed per call "
         "(repeated misses: "
         + (", ".join(ch["corpus_summary"]["vmap"]["repeated_misses"]) or "none") + "). For core: "
-        "formula scalars (alpha, dim sizes read as doubles) should be graph inputs, not baked "
-        "constants (the tool already does this for ctx attributes of autograd.Function), and "
-        "symbolic sizes (objection 5's compiled_args key, or make_fx's symbolic mode) would "
-        "turn the length misses into hits; the bound keeps a never-repeating key from growing "
-        "memory, not from tracing.")
+        "scalars stay in the key, so nothing is written per formula and a scalar that changes "
+        "every step traces every step; making a scalar a graph input needs to know, per formula, "
+        "that no branch reads it (formulas branch on scalars: the change in core, above). "
+        "Symbolic sizes (`compiled_args`' key, or make_fx's "
+        "symbolic mode) would turn the length misses into hits; the bound keeps a "
+        "never-repeating key from growing memory, not from tracing.")
     return "holds for float scalars", out
 
 
@@ -367,9 +283,9 @@ def eight(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
         f"transforms {i['wrapped']:,}: the prototype adds {cg['wrapper_adds']:,} per call in "
         f"Python, of which the depth read from Python is {i['depth']:,} (mostly Python's call "
         "overhead). A C++ prologue pays the thread-local read of `maybeCurrentDynamicLayer()` "
-        "instead: tens of instructions, **not measured**, because no C++ build was made. Graph "
-        "replay per node in C++ is **unknown, because** no C++ replay exists; the Python replay's "
-        "cost is the bench figures above (What it costs).")
+        "instead, and graph replay per Node in C++ costs what the C++ study measures (data/"
+        "cpp.json; the decision on C++ numbers, above); the Python replay's cost is the bench "
+        "figures above (What it costs).")
     return "counted", out
 
 
@@ -404,30 +320,3 @@ def nine(inputs: Mapping[str, Any]) -> tuple[str, list[str]]:
         "differs from itself. A tolerance never admits a wrong elision that an exact check on "
         "deterministic kernels would refuse.")
     return "clean on CPU", out
-
-
-def ten(inputs: Mapping[str, Any], deleted: Mapping[str, Any]) -> tuple[str, list[str]]:
-    sw = inputs["sweep"]
-    if sw is None:
-        return "unknown", para("**Unknown, because** the OpInfo sweep's data is not there.")
-    jvp_deleted = sum(1 for _, k, _ in deleted.get("deleted", []) if k == "jvp")
-    b = sw["vmapjvpall_builtin"]
-    out = para(
-        f"Forward mode: `{SWEEP_STRATEGY}` is not applicable to {sw['vmapjvpall_na']} `vmapjvpall` "
-        "cells (it functionalizes backward nodes; forward-mode formulas run in VariableType, "
-        f"not in a Node); builtin passes {b.get('pass', 0)} `vmapjvpall` cells and fails "
-        f"{b.get('fail', 0)}. "
-        "The JVP evidence is the re-created sites of the deletable table: "
-        f"{jvp_deleted} jvp sites deletable. What the prologue in `gen_variable_type.py` would "
-        "change across forward-mode compositions is **unknown, because** no strategy runs "
-        "torch's own forward-mode formulas functionalized (that needs the C++ prologue or a "
-        "Python re-creation of each FW_DERIVATIVE).")
-    out += para(
-        "Maintenance, beside the benefit (deleting about "
-        f"{len(deleted.get('deleted', []))} branches and the slow fallbacks): a recorder, an "
-        "elision pass, a checker and a cache in two code generators, which autograd's and "
-        "functorch's maintainers must both know; lines and binary size are **unknown, because** "
-        "no C++ exists. Objection 4's scenario is the cheaper path to most of the benefit.")
-    return "not covered; cost unknown", out
-
-

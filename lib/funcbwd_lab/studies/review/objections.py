@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from funcbwd_lab.studies.review import answers as A
+from funcbwd_lab.studies.review import answers_corrected as C
 from funcbwd_lab.studies.review import prs_users
 from funcbwd_lab.studies.review.answers import SWEEP_STRATEGY, TITLES, heading, slug
 from funcbwd_lab.studies.review.prs_users import CORPUS_FILE, COST_FILE
@@ -99,12 +100,13 @@ def sections(inputs: Mapping[str, Any], pick: str, retired: Mapping[str, Any],
     """The table, the ten answers, the small PRs and the users' section (Markdown lines)."""
     answers: list[tuple[str, list[str]]] = [
         A.one(inputs, pick, retired, deleted), A.two(inputs), A.three(inputs),
-        A.four(inputs, pick), A.five(inputs), A.six(inputs), A.seven(inputs), A.eight(inputs),
-        A.nine(inputs), A.ten(inputs, deleted)]
+        A.four(inputs, pick), C.five(inputs), C.six(inputs), A.seven(inputs), A.eight(inputs),
+        A.nine(inputs), C.ten(inputs, deleted)]
     evidence = {1: "data/coverage.json.gz", 2: "data/review-subclass.json",
                 3: "data/review-compile.json", 4: "data/matrix-test-ops.json",
                 5: "data/review-compiled-autograd.json" if inputs.get("compiled_autograd") else None,
-                6: "data/coverage.json.gz", 7: "data/review-cache-hits.json",
+                6: "data/review-budget-resample.json" if inputs.get("budget_resample")
+                else "data/coverage.json.gz", 7: "data/review-cache-hits.json",
                 8: "data/review-callgrind.json" if inputs["callgrind"] else None,
                 9: "data/review-threads.json", 10: "data/coverage.json.gz"}
     out = ["## The ten objections", ""]

@@ -29,32 +29,70 @@ SHORT = {"decorator": "`@funcbwd.functionalized`", "batched": "option 1: batched
 
 
 def prs(inputs: Mapping[str, Any], retired: Mapping[str, Any]) -> list[str]:
-    sw = inputs["sweep"]
+    """The small PRs: each an artifact in docs/prs/ (a diff against a named commit, the same
+    kernel built out of tree, the upstream entries it retires run on the installed torch)."""
+    from funcbwd_lab.studies.prs.effects import describe
+
+    sw, pu, eff = inputs["sweep"], inputs.get("prs_upstream"), inputs.get("prs_effects")
     out = ["## Small PRs the evidence supports today", ""]
-    out += para("Apart from the large change, each with its evidence:")
+    out += para("Apart from the large change, each an artifact in [docs/prs/](prs/README.md): a "
+                "diff against a named pytorch commit, the same kernel built out of tree against "
+                "the installed torch (lib/funcbwd_lab/studies/prs/), and what it changes, run on "
+                "torch 2.13.0+cpu (CPU only):")
+
+    def entries(pr: str) -> str:
+        if pu is None:
+            return "upstream entries: **not yet measured** (data/prs-upstream.json)"
+        rows = [r for r in pu["rows"] if r["pr"] == pr]
+        if not rows:
+            return "it retires no entry of functorch's test_ops.py"
+        tests = ", ".join(sorted({f"`{r['test'].removeprefix('test_')}`" for r in rows}))
+        ops = ", ".join(f"`{r['op']}`" for r in rows)
+        n = f"retires {sum(r['retired'] for r in rows)} of {len(rows)} upstream entries"
+        if not all(r["retired"] for r in rows):
+            return n
+        return (f"{n} ({ops} of {tests}: expected failures without its kernels, unexpected "
+                "successes with them)")
+
+    dec = (eff or {}).get("decompositions", [])
+    out.append(bullet(
+        "[vmap decompositions](prs/batch-rule-decompositions.md) for `cummaxmin_backward`, "
+        "`unfold_backward` and `squeeze_copy.dim` (functorch's decomposition list): "
+        + (f"{sum(r['with'] == 'pass' for r in dec)} of {len(dec)} cases pass with vmap's "
+           f"fallback disabled and equal the per-sample loop ({sum(r['without'] == 'pass' for r in dec)} "
+           "without); " if dec else "") + entries("batch-rule-decompositions") + "."))
+    bce = (eff or {}).get("bce", {})
+
+    def passes(label: str) -> str:
+        c = bce.get(label, {})
+        return f"{c.get('pass', 0)} of {sum(c.values())}"
+    mutation = passes("torch's guard, out of tree")
+    out.append(bullet(
+        "[binary_cross_entropy's double-backward guard](prs/bce-double-backward-guard.md): "
+        "`grad_output` joins the `isTensorSubclassLike` check of `gI *= grad * grad_output`; "
+        + (f"`vmap(vjp(vjp))` passes {passes('fixed guard')} in_dims choices with the fixed "
+           f"guard, {passes('torch')} on torch, {mutation} "
+           "with torch's guard rebuilt out of tree (the mutation); " if bce else "")
+        + entries("bce-double-backward-guard") + "."))
     copy_cells = sum(n for k, (n, _) in (sw or {}).get("all_causes", {}).items()
                      if k.startswith("copy_has_no"))
+    cr = (eff or {}).get("copy_rule", {})
+    issue = {r["composition"]: r for r in (inputs.get("copy_repro") or {}).get("rows", [])}
     out.append(bullet(
-        "`aten::copy`: a batching rule, a derivative and a forward-AD formula (what "
-        "functionalization emits for every `copy_`). Evidence: objection 4's scenario; "
-        f"{copy_cells} copy_has_no_* regressions of `whole`/`hooks` in the OpInfo sweep; "
-        "pytorch#103329 (`vmap(jacrev(functionalize(f)))`); the batching rule prototyped in "
-        "lib/funcbwd_lab/batching/copy.py (layout: dst's strides)."))
+        "[`aten::copy`'s batching rule, derivative and forward-AD formula](prs/copy-rules.md) "
+        "(what functionalization emits for every `copy_`): "
+        + (f"the rule matches the per-sample loop in {cr.get('pass', 0)} of {sum(cr.values())} "
+           "layout cases (values and `as_strided` reads of dst's geometry); " if cr else "")
+        + ("; ".join(f"{_code(k)}: {describe(v['neither'])} without, "
+                     f"{describe(v['all three rules'])} with them" for k, v in issue.items())
+           + "; " if issue else "")
+        + f"the sweep's {copy_cells} copy_has_no_* regressions of `whole`/`hooks`; "
+        + entries("copy-rules") + "."))
     if retired.get("measured"):
-        stale = Counter(v["test"] for v in retired["stale"])
         out.append(bullet(
-            f"Remove {len(retired['stale'])} stale expected failures of test/functorch/test_ops.py "
-            "(they pass on torch " + retired["torch"] + " on every sample; an entry that passes "
-            "on the samples the sweep ran but not all of them is unresolved, not stale): "
-            + ", ".join(f"`{t}` {n}" for t, n in sorted(stale.items()))
-            + ". Evidence: data/coverage.json.gz, docs/opinfo-sweep.md."))
-    again = inputs.get("stale_reruns")
-    if again:
-        out.append(bullet(
-            f"Remove {len(again)} more that the every-sample re-runs of the later compositions "
-            "find stale: " + ", ".join(f"`{r['test'].removeprefix('test_')}` `{r['op']}`"
-                                       for r in again)
-            + ". Evidence: data/coverage-stale-rerun*.json.gz, docs/opinfo-sweep.md."))
+            "Remove the stale xfail entries, not the stale `skip()` ones (the tests section, "
+            "above, lists both with upstream's reasons): a pass on CPU says nothing of why an "
+            "entry is skipped (randomness, flakiness, a platform)."))
     if sw is not None and "complex_slice_scatter" in sw["all_causes"]:
         out.append(bullet(
             "torch bug: `slice_scatter` cannot be differentiated for complex outputs "
@@ -65,6 +103,12 @@ def prs(inputs: Mapping[str, Any], retired: Mapping[str, Any]) -> list[str]:
         "compiles frames of a make_fx/functionalize trace running under a transform inside "
         "torch.compile (objection 3; tests/test_tool_compile.py reproduces it without the fix)."))
     return out + [""]
+
+
+def _code(label: str) -> str:
+    """``"f(x) (a note)"`` as ``"`f(x)` (a note)"``."""
+    head, _, tail = label.partition(" (")
+    return f"`{head}`" + (f" ({tail}" if tail else "")
 
 
 def users(corpus: Mapping[str, Any] | None, cost: Mapping[str, Any] | None = None) -> list[str]:
