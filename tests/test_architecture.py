@@ -32,7 +32,7 @@ LAYERS = [
     {"funcbwd.transforms"},
     {"funcbwd.harness"},
     {"funcbwd.doctor"},
-    {"progress", "tables", "command", "figstyle", "parallel"},
+    {"progress", "tables", "command", "figstyle", "parallel", "provenance"},
     {"batching", "fx"},
     {"ops"},
     {"strategies"},
