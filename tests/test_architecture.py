@@ -24,6 +24,7 @@ LAYERS = [
     {"funcbwd.errors", "funcbwd.internals", "funcbwd.compare", "funcbwd.tolerances"},
     {"funcbwd.fx"},
     {"funcbwd.tool"},
+    {"funcbwd.harness"},
     {"funcbwd.doctor"},
     {"progress", "tables", "command", "figstyle", "parallel"},
     {"batching", "fx"},
