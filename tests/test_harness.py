@@ -139,6 +139,16 @@ def test_a_dict_entry_rebound_is_compared_and_restored():
     assert set(d) == {"k"} and d["k"] is not original  # the snapshot's objects come back
 
 
+def test_a_tensor_that_escaped_the_transform_into_caller_state_is_wrong():
+    cache = {"last": torch.zeros(3)}
+
+    def f(x):
+        cache["last"] = x.detach()  # under vmap: a batched tensor kept past the call
+        return x * 1.0
+    r = H.check(f, CALLS, "vmap", "torch", state={"cache": cache})
+    assert r.verdict == "wrong" and "holds an escaped tensor" in r.detail
+
+
 def test_random_state_changed_only_by_the_transform_is_wrong():
     def f(x):
         if stack_depth():

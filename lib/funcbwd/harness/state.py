@@ -95,7 +95,7 @@ def random_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
 # ------------------------------------------------------------------------------ objects
 @dataclasses.dataclass
 class _Node:
-    kind: str  # tensor, generator, dict, list, tuple, module, attrs (one module's), value
+    kind: str  # tensor, escaped tensor, generator, dict, list, tuple, module, attrs, value
     obj: Any
     value: Any  # a tensor's clone, a generator's state, children, or the value itself
 
@@ -108,7 +108,10 @@ def _plain(key: str, value: Any) -> bool:
 
 def _snap(obj: Any) -> _Node:
     if isinstance(obj, torch.Tensor):
-        return _Node("tensor", obj, obj.detach().clone())
+        try:
+            return _Node("tensor", obj, obj.detach().clone())
+        except RuntimeError:  # a transform's tensor kept after it ended: no value to read
+            return _Node("escaped tensor", obj, None)
     if isinstance(obj, torch.Generator):
         return _Node("generator", obj, obj.get_state())
     if isinstance(obj, torch.nn.Module):
@@ -126,6 +129,8 @@ def _snap(obj: Any) -> _Node:
 
 def _restore(node: _Node) -> None:
     kind, obj, value = node.kind, node.obj, node.value
+    if kind == "escaped tensor":
+        return
     if kind == "tensor":
         with torch.inference_mode() if obj.is_inference() else torch.no_grad():
             if obj.shape != value.shape or obj.dtype != value.dtype:
@@ -161,13 +166,19 @@ def _values_differ(a: Any, b: Any, tol: ToleranceFor | None) -> str:
     return "" if type(a) is type(b) and a == b else f"{b!r} != {a!r}"
 
 
+def _a(kind: str) -> str:
+    return ("an " if kind[0] in "aeiou" else "a ") + kind
+
+
 def _diff(a: _Node, b: _Node, where: str, tol: ToleranceFor | None) -> str:
     """Where ``b`` (actual) differs from ``a`` (expected), first difference only."""
     if a.kind != b.kind:
-        return f"{where}: a {b.kind} where the loop leaves a {a.kind}"
+        return f"{where}: holds {_a(b.kind)} where the loop leaves {_a(a.kind)}"
     if a.kind == "tensor":
         c = compare([b.value], [a.value], tol)
         return "" if c.ok else f"{where}: {c.detail.removeprefix('output 0: ')}"
+    if a.kind == "escaped tensor":
+        return ""  # both escaped: nothing more to compare
     if a.kind == "generator":
         return "" if torch.equal(a.value, b.value) else f"{where}: generator state"
     if a.kind == "value":
