@@ -78,11 +78,11 @@ class Program:
         options += [f"randomness={self.randomness!r}"] if self.randomness != "error" else []
         options += [f"around=lambda: {self.around}"] if self.around else []
         options += [f"threads={self.threads}"] if self.threads != 1 else []
-        call = ", ".join([f"f, calls, {transform!r}, {entry!r}", *options])
+        call = f",\n{' ' * 24}".join([f"f, calls, {transform!r}, {entry!r}", *options])
         return (f"{self.source.rstrip()}\n\n\nif __name__ == \"__main__\":\n"
                 f"    from funcbwd import harness\n\n"
                 f"    x1, x2 = (torch.randn({BATCH}, {N}, generator=torch.Generator()"
-                f".manual_seed({self.seed} + i)) for i in range(2))\n"
+                f".manual_seed({self.seed} + i))\n              for i in range(2))\n"
                 f"    calls = [harness.Call((x1,)), harness.Call({second})]\n"
                 f"    print(harness.check({call}))\n")
 
