@@ -293,7 +293,7 @@ def _check_call(setup: _Setup, k: int, call: Call, f: Callable, g: Callable, ent
     else:
         changed = start.difference(after, setup.tol) or random_difference(rng, rng_after)
         if changed:
-            verdict, detail = "wrong", f"raised {_error_text(error)}; the state changed: {changed}"
+            verdict, detail = "wrong", f"raised and changed {changed}: {_error_text(error)}"
         else:
             verdict = "refused" if _names_user_line(error, user_file) else "unclear_error"
             detail = _error_text(error)

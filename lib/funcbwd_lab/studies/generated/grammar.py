@@ -155,8 +155,9 @@ class Body:
         self.emit(f"with {self.pick(CONTEXTS)}:", indent)
         s = self.name("s")
         inner = self.pick(["scalar", "factory", "in_place"])
-        if inner == "scalar":
+        if inner == "scalar":  # then used, as issue 37's `y[0] = (x * s).sum()`
             self.emit(f"{s} = {self.scalar()}", indent + 1)
+            self.emit(f"{self.pick(self.tensors)}.add_({self.x} * {s})", indent)
             self.scalars.append(s)
         elif inner == "factory":
             t = self.name()

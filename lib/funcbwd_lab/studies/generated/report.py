@@ -34,8 +34,9 @@ def _environment() -> dict[str, Any]:
     import hypothesis
     import torch
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+    try:  # the last commit that changed the tool (lib/funcbwd, the harness aside)
+        commit = subprocess.run(["git", "log", "-1", "--format=%h", "--", "lib/funcbwd",
+                                 ":!lib/funcbwd/harness"], cwd=ROOT, text=True,
                                 capture_output=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
@@ -81,7 +82,8 @@ def summarize(records: list[dict], timeout: float, requested: int) -> dict[str, 
     checked = [r for r in records if "program" in r]
     meta = {**_environment(), "requested": requested, "programs": len(checked),
             "duplicates": sum("duplicate" in r for r in records), "chunk": run.CHUNK,
-            "seed": run.SEED, "timeout_s": timeout, "cells_per_program": 21, "calls": 2,
+            "seed": run.SEED, "timeout_s": timeout, "calls": 2,
+            "threaded": sum(r["program"]["threads"] > 1 for r in checked),
             "cpu_s": round(sum(r.get("cpu_s", 0) for r in checked), 1)}
     return {"meta": meta, **_count(checked)}
 
@@ -124,8 +126,8 @@ def markdown(doc: dict[str, Any]) -> str:
     cells = sum(totals.values())
     lines = [f"{m['programs']} programs ({m['requested']} requested, {m['duplicates']} "
              f"duplicates skipped; hypothesis {m['hypothesis']}, seeds {m['seed']} + k, chunks of "
-             f"{m['chunk']}), each in {m['cells_per_program']} cells, {m['calls']} calls each: "
-             f"{cells} cells; torch {m['torch']}, tool at commit `{m['commit']}`; {m['timeout_s']:g} s "
+             f"{m['chunk']}), each in 21 cells ({m['threaded']} called from two threads: 15, "
+             f"no forward mode), {m['calls']} calls each: {cells} cells; torch {m['torch']}, tool at commit `{m['commit']}`; {m['timeout_s']:g} s "
              f"per call before a hang is declared; {m['cpu_s']:g} s of CPU.", "",
              *_table(rows, "entry point, transform"), "", "By feature (a cell counts under every "
              "feature of its program; `basic`: none):", "",
@@ -139,7 +141,7 @@ def markdown(doc: dict[str, Any]) -> str:
                      " that raises where plain torch.func passes"),
              f"- unknown: {totals.get('no_reference', 0)} cells have no reference (the per-sample "
              f"loop raises) and {totals.get('not_run', 0)} were not run (after a hang in their "
-             "program); never counted as passing."]
+             "program); never counted as passing.", "", *classes_table(doc)]
     return "\n".join(lines)
 
 
@@ -156,8 +158,19 @@ def seeded_markdown(doc: dict[str, Any]) -> str:
              f"outside the contract ({sum(totals.get(v, 0) for v in OUTSIDE)} cells).", "",
              *_table(doc["by_feature"], "drawn for feature"), "",
              "Features with a program outside the contract: "
-             + (", ".join(f"{f} ({n})" for f, n in sorted(bad.items())) or "none") + "."]
+             + (", ".join(f"{f} ({n})" for f, n in sorted(bad.items())) or "none") + ".", "",
+             *classes_table(doc)]
     return "\n".join(lines)
+
+
+def classes_table(doc: dict[str, Any]) -> list[str]:
+    """Issue 37's classes (:mod:`funcbwd_lab.studies.generated.classes`): where each is seen."""
+    from funcbwd_lab.studies.generated.classes import found
+
+    rows = found(doc["not_pass"])
+    return ["| issue 37's class, recognized in a cell | programs | cells |", "|---|---|---|",
+            *(f"| {name} | {p} | {c} |" for name, p, c in rows), "",
+            f"Classes seen: {sum(p > 0 for _, p, _ in rows)} of {len(rows)}."]
 
 
 def mutations_markdown() -> str:

@@ -7,8 +7,8 @@ feature required, chunks of :data:`CHUNK` drawn from seeds ``SEED + k``) in all 
 transforms x 3 entry points; plain torch.func is each cell's baseline), one Dask item per program
 (:func:`funcbwd_lab.parallel.map_items`): a cell gets ``--timeout`` seconds per call (a hang is
 its verdict and the program's later cells are ``not_run``); an item gets a per-program timeout
-(its record: every cell ``timeout``). A worker a hang poisoned ends at its next item, which runs
-again on a fresh worker. Records go to ``--records`` (JSON lines, one per program) as they come:
+(its record: every cell ``timeout``). A hang leaves its worker unusable: the worker keeps the
+program's record in a file and ends itself; the item's retry on a fresh worker returns it. Records go to ``--records`` (JSON lines, one per program) as they come:
 an interrupted run resumes where it stopped (``--fresh`` starts over). The summary
 (:func:`funcbwd_lab.studies.generated.report.summarize`: counts per entry point x transform x
 verdict, every program with a cell that did not pass, with its source) is written to ``--out``.
@@ -34,6 +34,8 @@ CHUNK = 50
 SEED = 37_000
 TIMEOUT_S = 10.0
 ITEM_TIMEOUT_S = 600.0
+BATCH = 500  # programs per Dask cluster: a lost scheduler costs at most one batch
+RETRIES = 2
 RECORDS = Path("out/generated-records.jsonl")
 DATA = Path(__file__).resolve().parents[4] / "data" / "generated.json"
 
@@ -52,14 +54,20 @@ def warm() -> None:
     import funcbwd_lab.studies.generated.seeded  # noqa: F401 - the imports are the point
 
 
-def check_item(key: tuple[int, int], timeout: float = TIMEOUT_S) -> dict[str, Any]:
-    """One program in every cell (what a worker runs)."""
+def check_item(key: tuple[int, int], timeout: float = TIMEOUT_S,
+               hangs: str | None = None) -> dict[str, Any]:
+    """One program in every cell (what a worker runs). A hang leaves the process unusable:
+    the record goes to ``hangs/KEY.json`` and the worker ends itself; the item's retry, on a
+    fresh worker, returns that record (so no other program pays for the hang)."""
     import warnings
 
     from funcbwd import harness
-    from funcbwd_lab.studies.generated.program import CELLS, check_all
+    from funcbwd_lab.studies.generated.program import check_all
 
-    if harness.hung():  # an earlier item hung in this process: a fresh worker runs this one
+    kept = _kept(hangs, key)
+    if kept is not None:
+        return kept
+    if harness.hung():  # a hang ends its worker: never reached, never run on a poisoned one
         os._exit(3)
     programs = chunk(key[0])
     if key[1] >= len(programs):
@@ -72,19 +80,31 @@ def check_item(key: tuple[int, int], timeout: float = TIMEOUT_S) -> dict[str, An
     ran = {(c["transform"], c["entry"]) for c in cells}
     cells += [{"transform": t, "entry": e, "verdict": "not_run", "call": 0,
                "detail": "an earlier cell of this program hung", "plain": ""}
-              for t, e in CELLS if (t, e) not in ran]
-    return {"key": list(key), "program": program.record(), "cpu_s": round(
+              for t, e in program.cells() if (t, e) not in ran]
+    record = {"key": list(key), "program": program.record(), "cpu_s": round(
         time.process_time() - t0, 3), "cells": [
         [c["transform"], c["entry"], c["verdict"], c["call"], c["plain"], c["detail"][:200]]
         for c in cells]}
+    if harness.hung() and hangs is not None:
+        Path(hangs, f"{key[0]}-{key[1]}.json").write_text(json.dumps(record))
+        os._exit(0)
+    return record
 
 
-def _failed(key: Any, reason: str, message: str) -> dict[str, Any]:
-    """A program whose item failed on Dask: every cell gets the reason (crash, timeout, error)."""
-    from funcbwd_lab.studies.generated.program import CELLS
+def _kept(hangs: str | None, key: Any) -> dict | None:
+    path = None if hangs is None else Path(hangs, f"{key[0]}-{key[1]}.json")
+    return json.loads(path.read_text()) if path is not None and path.exists() else None
 
-    return {"key": list(key), "program": chunk(key[0])[key[1]].record(), "cells": [
-        [t, e, reason, 0, "", message[-200:]] for t, e in CELLS]}
+
+def _failed(key: Any, reason: str, message: str, hangs: str | None = None) -> dict[str, Any]:
+    """A program whose item failed on Dask: the record its hang kept, else every cell gets the
+    reason (crash, timeout, error)."""
+    kept = _kept(hangs, key)
+    if kept is not None:
+        return kept
+    program = chunk(key[0])[key[1]]
+    return {"key": list(key), "program": program.record(), "cells": [
+        [t, e, reason, 0, "", message[-200:]] for t, e in program.cells()]}
 
 
 def load_records(path: Path) -> dict[tuple, dict]:
@@ -127,13 +147,28 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(todo)} to check: about {0.4 * len(todo) / max(ns.workers, 1) / 60:.0f} min on "
         f"{max(ns.workers, 1)} core(s), plus {ns.timeout:g} s and a worker restart per hang")
     ns.records.parent.mkdir(parents=True, exist_ok=True)
+    bar = Progress("programs", enabled=not ns.quiet)
+    hangs = str(ns.records) + ".hangs"  # a hung program's record, kept for its retry
+    os.makedirs(hangs, exist_ok=True)
     with open(ns.records, "a") as sink:
         def save(key: Any, record: dict) -> None:
             sink.write(json.dumps(record) + "\n")
             sink.flush()
-        map_items(functools.partial(check_item, timeout=ns.timeout), todo, workers=ns.workers,
-                  timeout=ITEM_TIMEOUT_S, on_failure=_failed, on_result=save, warmup=warm,
-                  progress=Progress("programs", enabled=not ns.quiet))
+        for attempt in range(RETRIES + 1):
+            have = load_records(ns.records)
+            left = [k for k in todo if k not in have]
+            for start in range(0, len(left), BATCH):  # a lost cluster costs one batch's wait
+                try:
+                    map_items(functools.partial(check_item, timeout=ns.timeout, hangs=hangs),
+                              left[start:start + BATCH], workers=ns.workers, warmup=warm,
+                              timeout=ITEM_TIMEOUT_S, on_result=save, progress=bar,
+                              on_failure=functools.partial(_failed, hangs=hangs))
+                except Exception as e:  # noqa: BLE001 - the cluster itself failed: go on
+                    say(f"the Dask cluster failed ({type(e).__name__}: {str(e)[:80]}); the "
+                        f"records so far are kept, the rest runs again (attempt {attempt + 1})")
+            have = load_records(ns.records)
+            if all(k in have for k in todo):
+                break
     records = load_records(ns.records)
     doc = summarize([records[k] for k in keys if k in records], ns.timeout, len(keys))
     say(f"{doc['meta']['programs']} programs checked; " + ", ".join(

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 import zlib
 from typing import Any, Callable
 
@@ -53,7 +54,9 @@ def draw(strategy, n: int, seed: int) -> list[Program]:
     def collect(program: Program) -> None:
         out.append(program)
 
-    collect()
+    with warnings.catch_warnings():  # another thread's use of `random` (a Dask worker's)
+        warnings.simplefilter("ignore")
+        collect()
     return list({p.source + repr(p.seed): p for p in out}.values())[:n]
 
 

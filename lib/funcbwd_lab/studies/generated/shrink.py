@@ -77,13 +77,11 @@ TARGETS = {t.name: t for t in [
            (("vmap", "vmap"), ("vmap", "functionalized"), ("jacrev", "functionalized")),
            lambda p, r: r["verdict"] == "wrong" and r["call"] == 2),
     Target("threads", "two threads calling the same function", "threads",
-           (("hessian", "allow_inplace"), ("vmap_jacrev", "vmap"), ("vmap", "functionalized")),
+           (("vmap_jacrev", "allow_inplace"), ("vmap_jacrev", "vmap"), ("vmap", "functionalized")),
            lambda p, r: r["verdict"] in ("wrong", "hang", "unclear_error", "regression")
            and "threads" in p.features),
-    Target("regression", "raises where plain torch.func passes", "captured",
-           tuple((t, e) for t in ("vmap", "vmap_grad", "jacrev", "hessian")
-                 for e in ("vmap", "allow_inplace", "functionalized") if (t, e) != ("jacrev", "vmap")
-                 and (t, e) != ("hessian", "vmap")),
+    Target("regression", "raises where plain torch.func passes: the decorator's second call "
+           "under hessian", "index_write", (("hessian", "functionalized"),),
            lambda p, r: r["verdict"] == "regression"),
     Target("escaped_into_state", "a per-sample value stored into a caller's dict", "buffer",
            (("vmap", "vmap"), ("vmap", "allow_inplace"), ("jacrev", "functionalized")),
@@ -114,7 +112,9 @@ def shrink(target: Target, max_examples: int = 300, timeout: float = 10.0
 
     try:
         nothing_shows_it()
-    except AssertionError:
+    except Exception:  # noqa: BLE001 - the failure (or hypothesis's FlakyFailure: a race)
+        if not found:
+            raise
         return found[-1]
     return None
 
