@@ -79,7 +79,7 @@ def test_the_summary_counts_every_cell_and_keeps_every_program_that_did_not_pass
                 "cpu_s": 0.5}
     ok = record([0, 0], ["pass"] * len(CELLS))
     bad = record([0, 1], ["wrong"] + ["pass"] * (len(CELLS) - 2) + ["hang"])
-    doc = report.summarize([ok, bad, {"key": [0, 2], "duplicate": True}], 10.0, 3)
+    doc = report.summarize([ok, bad, {"key": [0, 2], "duplicate": True}], 10.0, 3, 50, 1)
     assert doc["meta"]["programs"] == 2 and doc["meta"]["duplicates"] == 1
     assert doc["totals"] == {"pass": 2 * len(CELLS) - 2, "wrong": 1, "hang": 1}
     t, e = CELLS[0]
@@ -88,7 +88,7 @@ def test_the_summary_counts_every_cell_and_keeps_every_program_that_did_not_pass
     assert doc["not_pass"][0]["program"]["source"] == src
     text = report.markdown(doc)
     assert "- 0 wrong answers: MISSED (1 wrong cell)" in text
-    assert "- 0 hangs: MISSED (1 cell that hung or timed out)" in text
+    assert "- 0 hangs: MISSED (1 cell hung or timed out)" in text
 
 
 def test_docs_blocks_are_rendered_from_their_data():

@@ -281,3 +281,22 @@ def test_bad_input_names_the_choices():
         H.check(pure, CALLS, "jacrev", "vmap")
     with pytest.raises(funcbwd.BadInputError, match="different"):
         H.check(pure, CALLS, "vmap", "torch", randomness="different")
+    with pytest.raises(funcbwd.BadInputError, match="state_writes"):
+        H.check(pure, CALLS, "vmap", "functionalized", state_writes="discard")
+
+
+def test_the_discard_opt_in_is_passed_to_the_tool(monkeypatch):
+    from funcbwd.tool import vmap as module
+
+    seen = []
+
+    def vmap(func, *args, state_writes=None, **kwargs):
+        seen.append(state_writes)
+        return torch.func.vmap(func, *args, **kwargs)
+    monkeypatch.setattr(module, "vmap", vmap)
+    buf = torch.ones(3)
+
+    def f(x):
+        return x + buf  # reads only: the loop with discard equals the loop without
+    r = H.check(f, CALLS, "vmap", "vmap", state={"buf": buf}, state_writes="discard")
+    assert r.verdict == "pass" and seen == ["discard", "discard"]

@@ -75,26 +75,25 @@ def _count(records: list[dict], feature_of=None) -> dict[str, Any]:
             "not_pass": failing}
 
 
-def summarize(records: list[dict], timeout: float, requested: int) -> dict[str, Any]:
+def summarize(records: list[dict], timeout: float, requested: int, chunk: int,
+              seed: int) -> dict[str, Any]:
     """``data/generated.json`` from the long run's records (see the module docstring)."""
-    from funcbwd_lab.studies.generated import run
-
     checked = [r for r in records if "program" in r]
     meta = {**_environment(), "requested": requested, "programs": len(checked),
-            "duplicates": sum("duplicate" in r for r in records), "chunk": run.CHUNK,
-            "seed": run.SEED, "timeout_s": timeout, "calls": 2,
+            "duplicates": sum("duplicate" in r for r in records), "chunk": chunk,
+            "seed": seed, "timeout_s": timeout, "calls": 2,
             "threaded": sum(r["program"]["threads"] > 1 for r in checked),
             "cpu_s": round(sum(r.get("cpu_s", 0) for r in checked), 1)}
     return {"meta": meta, **_count(checked)}
 
 
-def seeded_summary(records: list[dict], cpu_s: float) -> dict[str, Any]:
+def seeded_summary(records: list[dict], per_feature: int, free: int,
+                   timeout: float) -> dict[str, Any]:
     """``data/generated-seeded.json``: the seeded subset's run, counted by the feature each
     program was drawn for."""
-    from funcbwd_lab.studies.generated import seeded
-
-    meta = {**_environment(), "programs": len(records), "per_feature": seeded.PER_FEATURE,
-            "free": seeded.FREE, "timeout_s": seeded.TIMEOUT_S, "cpu_s": round(cpu_s, 1)}
+    meta = {**_environment(), "programs": len(records), "per_feature": per_feature,
+            "free": free, "timeout_s": timeout,
+            "cpu_s": round(sum(r.get("cpu_s", 0) for r in records), 1)}
     return {"meta": meta, **_count(records, feature_of=lambda r: [r["feature"]])}
 
 
@@ -134,11 +133,11 @@ def markdown(doc: dict[str, Any]) -> str:
              *_table(doc["by_feature"], "feature"), "", "Targets (over every cell run):", "",
              _target("0 wrong answers", totals.get("wrong", 0), "wrong cell"),
              _target("0 hangs", totals.get("hang", 0) + totals.get("timeout", 0), "cell",
-                     " that hung or timed out"),
+                     " hung or timed out"),
              _target("every error names its cause and file:line", totals.get("unclear_error", 0),
                      "unclear error"),
              _target("no regression", totals.get("regression", 0), "cell",
-                     " that raises where plain torch.func passes"),
+                     " raising where plain torch.func passes"),
              f"- unknown: {totals.get('no_reference', 0)} cells have no reference (the per-sample "
              f"loop raises) and {totals.get('not_run', 0)} were not run (after a hang in their "
              "program); never counted as passing.", "", *classes_table(doc)]

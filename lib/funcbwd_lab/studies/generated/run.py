@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             if all(k in have for k in todo):
                 break
     records = load_records(ns.records)
-    doc = summarize([records[k] for k in keys if k in records], ns.timeout, len(keys))
+    doc = summarize([records[k] for k in keys if k in records], ns.timeout, len(keys), CHUNK,
+                    SEED)
     say(f"{doc['meta']['programs']} programs checked; " + ", ".join(
         f"{v} {n}" for n, v in doc["totals"].items()))
     if ns.out is not None:

@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.summary:
         from funcbwd_lab.studies.generated.report import seeded_summary
 
-        doc = seeded_summary(recs, sum(r.get("cpu_s", 0) for r in recs))
+        doc = seeded_summary(recs, PER_FEATURE, FREE, args.timeout)
         with open(args.summary, "w") as f:
             f.write(json.dumps(doc, indent=1) + "\n")
     for f in failures(recs):
