@@ -210,13 +210,11 @@ def test_a_note_naming_the_line_counts():
 
 
 def test_raising_where_plain_passes_is_a_regression(monkeypatch):
-    from funcbwd.tool import functionalized as module
-
     def broken(fn):
         def wrapper(*a):
             raise RuntimeError("broken")
         return wrapper
-    monkeypatch.setattr(module, "functionalized", broken)
+    monkeypatch.setattr(funcbwd, "functionalized", broken)  # the public name is what is run
     r = H.check(pure, CALLS, "vmap", "functionalized")
     assert (r.verdict, r.plain) == ("regression", "pass")
 
@@ -286,14 +284,12 @@ def test_bad_input_names_the_choices():
 
 
 def test_the_discard_opt_in_is_passed_to_the_tool(monkeypatch):
-    from funcbwd.tool import vmap as module
-
     seen = []
 
     def vmap(func, *args, state_writes=None, **kwargs):
         seen.append(state_writes)
         return torch.func.vmap(func, *args, **kwargs)
-    monkeypatch.setattr(module, "vmap", vmap)
+    monkeypatch.setattr(funcbwd, "vmap", vmap)
     buf = torch.ones(3)
 
     def f(x):

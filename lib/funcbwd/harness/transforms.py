@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from typing import Any, Callable
 
 import torch
@@ -220,20 +221,22 @@ def transformed(transform: str, f: Callable, args: tuple, dims: tuple, d: int, c
 
 
 def entry_point(entry: str, state_writes: str | None) -> tuple[Callable, Callable, Callable]:
-    """(the vmap to use, the context the call runs in, the decorator) of an entry point; each is
-    looked up at call time (a test or a mutation may replace one of the tool's names)."""
-    from funcbwd.tool import functionalized as decorator_module, vmap as vmap_module
+    """(the vmap to use, the context the call runs in, the decorator) of an entry point: the
+    public names ``funcbwd.vmap``, ``funcbwd.allow_inplace``, ``funcbwd.functionalized``, what
+    a user calls, looked up on the package at call time (wherever the tool defines them; a test
+    or a mutation may replace one)."""
+    tool = sys.modules["funcbwd"]  # the package, always imported before its harness
 
     kw = {} if state_writes is None else {"state_writes": state_writes}
     if state_writes is not None and entry not in ("vmap", "allow_inplace"):
         raise BadInputError(f"state_writes is an option of funcbwd.vmap and allow_inplace, "
                             f"not of entry {entry!r}")
     if entry == "vmap":
-        return functools.partial(vmap_module.vmap, **kw), contextlib.nullcontext, _as_written
+        return functools.partial(tool.vmap, **kw), contextlib.nullcontext, _as_written
     if entry == "allow_inplace":
-        return (torch.func.vmap, lambda: vmap_module.allow_inplace(**kw), _as_written)
+        return (torch.func.vmap, lambda: tool.allow_inplace(**kw), _as_written)
     if entry == "functionalized":
-        return torch.func.vmap, contextlib.nullcontext, decorator_module.functionalized
+        return torch.func.vmap, contextlib.nullcontext, tool.functionalized
     return torch.func.vmap, contextlib.nullcontext, _as_written
 
 
