@@ -80,7 +80,8 @@ class Body:
     def scalar(self) -> str:
         x, i = self.x, self.pick(range(4))
         options = [f"{x}.sum()", f"{x}[{i}]", f"{x}.max()", f"({x} * {x}).sum()", f"{x}.norm()"]
-        options += [f"({x} * {t}).sum()" for t in self.tensors] + [f"{t}[{i}]" for t in self.tensors]
+        options += [f"({x} * {t}).sum()" for t in self.tensors]
+        options += [f"{t}[{i}]" for t in self.tensors]
         options += [f"{v}.sum()" for v, _ in self.views] + list(self.scalars)
         return self.pick(options)
 

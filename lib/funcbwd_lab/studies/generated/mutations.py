@@ -176,7 +176,8 @@ class Mutation:
 
 MUTATIONS = {m.name: m for m in [
     Mutation("grad_mode_ignored", "torch.no_grad() inside a decorated function is dropped",
-             "grad_mode", "functionalized", _decorator_wrapping(_running_under(_grad_mode_ignored))),
+             "grad_mode", "functionalized",
+             _decorator_wrapping(_running_under(_grad_mode_ignored))),
     Mutation("captured_frozen", "captured tensors, Python scalars and dict entries are baked "
              "into the cached graph", "captured", "functionalized", _decorator_wrapping(_frozen)),
     Mutation("lock_not_reentrant", "a decorated function calling another decorated function "

@@ -68,7 +68,8 @@ class Program:
         calls = [harness.Call((x1,)), harness.Call(
             (x2,), before=ns["between"] if self.between else None,
             fn=ns["rebuild"]() if self.rebuild else None)]
-        around = (lambda: eval(self.around, {"torch": torch})) if self.around else None  # noqa: S307
+        around = ((lambda: eval(self.around, {"torch": torch}))  # noqa: S307 - our own text
+                  if self.around else None)
         return harness.check(ns["f"], calls, transform, entry,
                              state={n: ns[n] for n in self.state}, randomness=self.randomness,
                              around=around, threads=self.threads, timeout=timeout,
@@ -78,7 +79,8 @@ class Program:
         """The program and its check as one file to run (``python repro.py``)."""
         second = ", ".join(["(x2,)", *(["before=between"] if self.between else []),
                             *(["fn=rebuild()"] if self.rebuild else [])])
-        options = [f"state={{{', '.join(f'{n!r}: {n}' for n in self.state)}}}"] if self.state else []
+        names = ", ".join(f"{n!r}: {n}" for n in self.state)
+        options = [f"state={{{names}}}"] if self.state else []
         options += [f"randomness={self.randomness!r}"] if self.randomness != "error" else []
         options += [f"around=lambda: {self.around}"] if self.around else []
         options += [f"threads={self.threads}"] if self.threads != 1 else []

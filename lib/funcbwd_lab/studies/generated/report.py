@@ -103,6 +103,14 @@ _SHORT = {"pass": "pass", "refused": "refused", "no_reference": "no ref.", "wron
           "not_run": "not run", "timeout": "timeout", "crash": "crash", "error": "error"}
 
 
+def _prose(text: str, indent: str = "") -> str:
+    """A paragraph wrapped at 100 columns (``indent``: a list item's continuation lines)."""
+    import textwrap
+
+    return textwrap.fill(text, 100, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False)
+
+
 def _table(rows: dict[str, dict[str, int]], head: str) -> list[str]:
     shown = [v for v in VERDICTS if any(r.get(v) for r in rows.values())]
     lines = [f"| {head} | cells | " + " | ".join(_SHORT[v] for v in shown) + " |",
@@ -123,11 +131,13 @@ def markdown(doc: dict[str, Any]) -> str:
     rows = {f"`{e}` {t}": c for e in harness.ENTRIES if e in doc["counts"]
             for t, c in doc["counts"][e].items()}
     cells = sum(totals.values())
-    lines = [f"{m['programs']} programs ({m['requested']} requested, {m['duplicates']} "
-             f"duplicates skipped; hypothesis {m['hypothesis']}, seeds {m['seed']} + k, chunks of "
-             f"{m['chunk']}), each in 21 cells ({m['threaded']} called from two threads: 15, "
-             f"no forward mode), {m['calls']} calls each: {cells} cells; torch {m['torch']}, tool at commit `{m['commit']}`; {m['timeout_s']:g} s "
-             f"per call before a hang is declared; {m['cpu_s']:g} s of CPU.", "",
+    lines = [_prose(
+        f"{m['programs']} programs ({m['requested']} requested, {m['duplicates']} duplicates "
+        f"skipped; hypothesis {m['hypothesis']}, seeds {m['seed']} + k, chunks of {m['chunk']}), "
+        f"each in 21 cells ({m['threaded']} called from two threads: 15, no forward mode), "
+        f"{m['calls']} calls each: {cells} cells; torch {m['torch']}, tool at commit "
+        f"`{m['commit']}`; {m['timeout_s']:g} s per call before a hang is declared; "
+        f"{m['cpu_s']:g} s of CPU."), "",
              *_table(rows, "entry point, transform"), "", "By feature (a cell counts under every "
              "feature of its program; `basic`: none):", "",
              *_table(doc["by_feature"], "feature"), "", "Targets (over every cell run):", "",
@@ -138,9 +148,10 @@ def markdown(doc: dict[str, Any]) -> str:
                      "unclear error"),
              _target("no regression", totals.get("regression", 0), "cell",
                      " raising where plain torch.func passes"),
-             f"- unknown: {totals.get('no_reference', 0)} cells have no reference (the per-sample "
-             f"loop raises) and {totals.get('not_run', 0)} were not run (after a hang in their "
-             "program); never counted as passing.", "", *classes_table(doc)]
+             _prose(f"- unknown: {totals.get('no_reference', 0)} cells have no reference (the "
+                    f"per-sample loop raises) and {totals.get('not_run', 0)} were not run (after a "
+                    "hang in their program); never counted as passing.", "  "), "",
+             *classes_table(doc)]
     return "\n".join(lines)
 
 
@@ -151,13 +162,14 @@ def seeded_markdown(doc: dict[str, Any]) -> str:
     for f in doc["not_pass"]:
         if any(c[2] in OUTSIDE for c in f["cells"]):
             bad[f["feature"]] += 1
-    lines = [f"{m['programs']} programs ({m['per_feature']} per feature, {m['free']} with none "
-             f"required), each in 21 cells, 2 calls each; torch {m['torch']}, tool at commit "
-             f"`{m['commit']}`; {m['cpu_s']:g} s of CPU. {sum(bad.values())} programs have a cell "
-             f"outside the contract ({sum(totals.get(v, 0) for v in OUTSIDE)} cells).", "",
+    lines = [_prose(
+        f"{m['programs']} programs ({m['per_feature']} per feature, {m['free']} with none "
+        f"required), each in 21 cells, 2 calls each; torch {m['torch']}, tool at commit "
+        f"`{m['commit']}`; {m['cpu_s']:g} s of CPU. {sum(bad.values())} programs have a cell "
+        f"outside the contract ({sum(totals.get(v, 0) for v in OUTSIDE)} cells)."), "",
              *_table(doc["by_feature"], "drawn for feature"), "",
-             "Features with a program outside the contract: "
-             + (", ".join(f"{f} ({n})" for f, n in sorted(bad.items())) or "none") + ".", "",
+             _prose("Features with a program outside the contract: " + (", ".join(
+                 f"{f} ({n})" for f, n in sorted(bad.items())) or "none") + "."), "",
              *classes_table(doc)]
     return "\n".join(lines)
 
@@ -176,7 +188,8 @@ def mutations_markdown() -> str:
     """The mutation table: each class of issue 37, how it is re-created, or what it needs."""
     from funcbwd_lab.studies.generated.mutations import MUTATIONS
 
-    lines = ["| mutation | issue 37's class | feature, entry point | written? |", "|---|---|---|---|"]
+    lines = ["| mutation | issue 37's class | feature, entry point | written? |",
+             "|---|---|---|---|"]
     for m in MUTATIONS.values():
         how = "yes" if m.patch is not None else f"no: needs {m.hook}"
         lines.append(f"| `{m.name}` | {m.bug} | `{m.feature}`, `{m.entry}` | {how} |")

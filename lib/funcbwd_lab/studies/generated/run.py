@@ -8,7 +8,8 @@ transforms x 3 entry points; plain torch.func is each cell's baseline), one Dask
 (:func:`funcbwd_lab.parallel.map_items`): a cell gets ``--timeout`` seconds per call (a hang is
 its verdict and the program's later cells are ``not_run``); an item gets a per-program timeout
 (its record: every cell ``timeout``). A hang leaves its worker unusable: the worker keeps the
-program's record in a file and ends itself; the item's retry on a fresh worker returns it. Records go to ``--records`` (JSON lines, one per program) as they come:
+program's record in a file and ends itself; the item's retry on a fresh worker returns it.
+Records go to ``--records`` (JSON lines, one per program) as they come:
 an interrupted run resumes where it stopped (``--fresh`` starts over). The summary
 (:func:`funcbwd_lab.studies.generated.report.summarize`: counts per entry point x transform x
 verdict, every program with a cell that did not pass, with its source) is written to ``--out``.
