@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 
 import pytest
@@ -65,7 +66,7 @@ def test_a_poisoned_worker_ends_at_its_next_item(monkeypatch):
 
 def test_a_hung_programs_kept_record_is_its_retrys_answer(tmp_path):
     kept = {"key": [0, 0], "program": {}, "cells": [["vmap", "vmap", "hang", 1, "", ""]]}
-    (tmp_path / "0-0.json").write_text(__import__("json").dumps(kept))
+    (tmp_path / "0-0.json").write_text(json.dumps(kept))
     assert run.check_item((0, 0), hangs=str(tmp_path)) == kept  # not run again
     assert run._failed((0, 0), "crash", "died", hangs=str(tmp_path)) == kept
 
@@ -84,8 +85,14 @@ def test_the_summary_counts_every_cell_and_keeps_every_program_that_did_not_pass
     assert doc["totals"] == {"pass": 2 * len(CELLS) - 2, "wrong": 1, "hang": 1}
     t, e = CELLS[0]
     assert doc["counts"][e][t] == {"pass": 1, "wrong": 1}
-    assert [f["key"] for f in doc["not_pass"]] == [[0, 1]]
-    assert doc["not_pass"][0]["program"]["source"] == src
+    (kept,) = doc["not_pass"]["programs"]
+    assert kept["key"] == [0, 1] and kept["program"]["source"] == src
+    assert kept["verdicts"] == "W" + "P" * (len(CELLS) - 2) + "H"
+    (program, cells), = report.outside(doc)
+    assert [(c["transform"], c["entry"], c["verdict"]) for c in cells] == [
+        (*CELLS[0], "wrong"), (*CELLS[-1], "hang")]
+    assert program["threads"] == 1  # the defaults a kept program leaves out come back
+    assert json.loads(report.dumps(doc)) == json.loads(json.dumps(doc))
     text = report.markdown(doc)
     assert "- 0 wrong answers: MISSED (1 wrong cell)" in text
     assert "- 0 hangs: MISSED (1 cell hung or timed out)" in text

@@ -63,17 +63,11 @@ CLASSES = [
 ]
 
 
-def found(records: list[dict]) -> list[tuple[str, int, int]]:
-    """(class, programs, cells) for each class of :data:`CLASSES` over ``records`` (seeded
-    subset records, or the long run's, whose cells are lists)."""
-    keys = ("transform", "entry", "verdict", "call", "plain", "detail")
+def found(programs: list[tuple[dict, list[dict]]]) -> list[tuple[str, int, int]]:
+    """(class, programs, cells) for each class of :data:`CLASSES` over (program record, its
+    cells) pairs (:func:`funcbwd_lab.studies.generated.report.outside`)."""
     out = []
     for bug in CLASSES:
-        programs = cells = 0
-        for r in records:
-            hits = sum(bug.seen(r["program"], c if isinstance(c, dict) else dict(zip(keys, c)))
-                       for c in r["cells"])
-            programs += hits > 0
-            cells += hits
-        out.append((bug.name, programs, cells))
+        hits = [sum(bug.seen(p, c) for c in cells) for p, cells in programs]
+        out.append((bug.name, sum(h > 0 for h in hits), sum(hits)))
     return out

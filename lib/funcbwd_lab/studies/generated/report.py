@@ -50,29 +50,74 @@ def _cells(record: dict) -> list[dict]:
     return [c if isinstance(c, dict) else dict(zip(keys, c)) for c in record["cells"]]
 
 
+#: one letter per verdict in a program's ``verdicts`` string (``.``: a cell not checked)
+CODES = {"pass": "P", "wrong": "W", "refused": "R", "unclear_error": "U", "regression": "G",
+         "no_reference": "N", "hang": "H", "not_run": "-", "timeout": "T", "crash": "C",
+         "error": "E", "raised": "r", "": "."}
+_PROGRAM_DEFAULTS = {"randomness": "error", "around": "", "threads": 1, "state": [],
+                     "between": False, "rebuild": False}
+
+
 def _count(records: list[dict], feature_of=None) -> dict[str, Any]:
+    """Counts per entry point x transform x verdict and per feature, and every program with a
+    cell that did not pass (``not_pass``: its source, a letter per cell of ``cells`` in
+    :data:`CODES`, and for each cell outside the contract its call, plain torch.func's verdict
+    and an index into ``details``)."""
+    from funcbwd_lab.studies.generated.program import CELLS
+
     counts: dict = collections.defaultdict(lambda: collections.defaultdict(collections.Counter))
     features: dict = collections.defaultdict(collections.Counter)
     totals: collections.Counter = collections.Counter()
+    details: dict[str, int] = {}
     failing = []
     for r in records:
-        cells = _cells(r)
-        for c in cells:
+        cells = {(c["transform"], c["entry"]): c for c in _cells(r)}
+        for c in cells.values():
             counts[c["entry"]][c["transform"]][c["verdict"]] += 1
             totals[c["verdict"]] += 1
             for f in (feature_of(r) if feature_of else r["program"]["features"]) or ["basic"]:
                 features[f][c["verdict"]] += 1
-        bad = [c for c in cells if c["verdict"] != "pass"]
-        if bad:
-            failing.append({k: r[k] for k in ("key", "index", "feature") if k in r}
-                           | {"program": r["program"], "cells": [
-                               [c["transform"], c["entry"], c["verdict"], c["call"], c["plain"],
-                                c["detail"][:200]] for c in bad]})
+        if all(c["verdict"] == "pass" for c in cells.values()):
+            continue
+        program = {k: v for k, v in r["program"].items()
+                   if k in ("source", "features", "seed") or v != _PROGRAM_DEFAULTS.get(k)}
+        why = [[i, c["call"], CODES[c["plain"]], details.setdefault(c["detail"][:160], len(details))]
+               for i, c in ((i, cells.get(cell)) for i, cell in enumerate(CELLS))
+               if c is not None and c["verdict"] in OUTSIDE]
+        failing.append({k: r[k] for k in ("key", "index", "feature") if k in r} | {
+            "program": program, "verdicts": "".join(
+                CODES[cells[cell]["verdict"]] if cell in cells else "." for cell in CELLS),
+            "why": why})
     order = lambda c: {v: c[v] for v in VERDICTS if c[v]}  # noqa: E731
     return {"totals": order(totals),
             "counts": {e: {t: order(c) for t, c in ts.items()} for e, ts in counts.items()},
             "by_feature": {f: order(c) for f, c in sorted(features.items())},
-            "not_pass": failing}
+            "not_pass": {"cells": [list(c) for c in CELLS], "codes": CODES,
+                         "details": list(details), "programs": failing}}
+
+
+def outside(doc: dict[str, Any]) -> list[tuple[dict, list[dict]]]:
+    """(program record, its cells outside the contract as dicts) for each program of a summary."""
+    np = doc["not_pass"]
+    verdict = {code: v for v, code in np["codes"].items()}
+    out = []
+    for p in np["programs"]:
+        program = {**_PROGRAM_DEFAULTS, **p["program"]}
+        cells = [{"transform": np["cells"][i][0], "entry": np["cells"][i][1],
+                  "verdict": verdict[p["verdicts"][i]], "call": call, "plain": verdict[plain],
+                  "detail": np["details"][d]} for i, call, plain, d in p["why"]]
+        out.append((program | {k: p[k] for k in ("key", "index", "feature") if k in p}, cells))
+    return out
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """A summary as JSON text: indented, each kept program on one line (diffs stay readable)."""
+    import json
+
+    programs = doc["not_pass"]["programs"]
+    body = json.dumps({**doc, "not_pass": {**doc["not_pass"], "programs": "@"}}, indent=1)
+    lines = ",\n".join("  " + json.dumps(p, separators=(",", ":")) for p in programs)
+    return body.replace('"programs": "@"', f'"programs": [\n{lines}\n  ]') + "\n"
 
 
 def summarize(records: list[dict], timeout: float, requested: int, chunk: int,
@@ -158,10 +203,7 @@ def markdown(doc: dict[str, Any]) -> str:
 def seeded_markdown(doc: dict[str, Any]) -> str:
     """The seeded subset's block: what ``make test`` runs and what it finds, by feature."""
     m, totals = doc["meta"], doc["totals"]
-    bad = collections.Counter()
-    for f in doc["not_pass"]:
-        if any(c[2] in OUTSIDE for c in f["cells"]):
-            bad[f["feature"]] += 1
+    bad = collections.Counter(p["feature"] for p, cells in outside(doc) if cells)
     lines = [_prose(
         f"{m['programs']} programs ({m['per_feature']} per feature, {m['free']} with none "
         f"required), each in 21 cells, 2 calls each; torch {m['torch']}, tool at commit "
@@ -178,7 +220,7 @@ def classes_table(doc: dict[str, Any]) -> list[str]:
     """Issue 37's classes (:mod:`funcbwd_lab.studies.generated.classes`): where each is seen."""
     from funcbwd_lab.studies.generated.classes import found
 
-    rows = found(doc["not_pass"])
+    rows = found(outside(doc))
     return ["| issue 37's class, recognized in a cell | programs | cells |", "|---|---|---|",
             *(f"| {name} | {p} | {c} |" for name, p, c in rows), "",
             f"Classes seen: {sum(p > 0 for _, p, _ in rows)} of {len(rows)}."]

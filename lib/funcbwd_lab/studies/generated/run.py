@@ -121,7 +121,7 @@ def load_records(path: Path) -> dict[tuple, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     from funcbwd_lab.parallel import map_items
-    from funcbwd_lab.studies.generated.report import summarize
+    from funcbwd_lab.studies.generated.report import dumps, summarize
 
     p = argparse.ArgumentParser(prog="python -m funcbwd_lab.studies.generated.run",
                                 description="generated programs in every cell, on Dask")
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{v} {n}" for n, v in doc["totals"].items()))
     if ns.out is not None:
         ns.out.parent.mkdir(parents=True, exist_ok=True)
-        ns.out.write_text(json.dumps(doc, indent=1) + "\n")
+        ns.out.write_text(dumps(doc))
         say(f"written to {ns.out}")
     return 0
 

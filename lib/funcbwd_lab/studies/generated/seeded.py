@@ -197,11 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.save, "w") as f:
             json.dump(recs, f, indent=1)
     if args.summary:
-        from funcbwd_lab.studies.generated.report import seeded_summary
+        from funcbwd_lab.studies.generated.report import dumps, seeded_summary
 
-        doc = seeded_summary(recs, PER_FEATURE, FREE, args.timeout)
         with open(args.summary, "w") as f:
-            f.write(json.dumps(doc, indent=1) + "\n")
+            f.write(dumps(seeded_summary(recs, PER_FEATURE, FREE, args.timeout)))
     for f in failures(recs):
         print(f"{f['feature']:>18} {f['transform']:>12} {f['entry']:>15} {f['verdict']:>13} "
               f"call {f.get('call', 0)}: {f['detail'][:40]}")
