@@ -55,7 +55,8 @@ CLASSES = [
              lambda p, c: _has(p, "requires_grad_read") and c["entry"] == "functionalized"
              and c["verdict"] == "wrong" and c["plain"] == "pass"),
     BugClass("10. what worked is remembered by `id()` (a closure built anew, second call)",
-             lambda p, c: _has(p, "closure") and c["verdict"] == "wrong" and c["call"] == 2),
+             lambda p, c: _has(p, "closure") and not _has(p, "captured")
+             and c["verdict"] == "wrong" and c["call"] == 2),
     BugClass("new: raises where plain torch.func passes (e.g. an INTERNAL ASSERT on the "
              "decorator's second call under hessian)", lambda p, c: c["verdict"] == "regression"),
     BugClass("new: a per-sample value stored into a caller's dict escapes the transform",
