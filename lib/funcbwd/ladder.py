@@ -127,6 +127,9 @@ def identity(func: Any) -> tuple:
     code = getattr(func, "__code__", None)
     if code is None:
         return (_Ref(func),)
+    owner = getattr(func, "__self__", None)
+    if owner is not None:  # a bound method: its code and closure are its class's, not its own
+        return (identity(func.__func__), _Ref(owner))
     cells = []
     for c in func.__closure__ or ():
         try:
