@@ -68,6 +68,48 @@ Tensor naive_guard_probe(const Tensor& grad, std::vector<int64_t> sizes, int64_t
   return legacy::diag_backward(grad, sizes, diagonal);
 }
 
+// The cost of one backward node in C++, without the engine or Python: y's node (ours or
+// torch's own) applied n times to grads, in a C++ loop; with whole, each application is one
+// backward pass under whole's Functionalize layer (when a vmap level is active, as whole_call).
+// Called inside vmap, the grads are batched and the node runs under that vmap level.
+std::vector<Tensor> node_loop(const Tensor& y, const std::vector<Tensor>& grads, int64_t n,
+                              bool whole) {
+  const auto& node = y.grad_fn();
+  TORCH_CHECK(node, "node_loop: the tensor has no grad_fn");
+  TORCH_CHECK(static_cast<size_t>(node->num_inputs()) == grads.size(), "node_loop: ",
+              node->name(), " takes ", node->num_inputs(), " grads, got ", grads.size());
+  torch::autograd::variable_list out;
+  for (int64_t i = 0; i < n; ++i) {
+    if (whole && needs_functionalize()) {
+      count(Event::whole_functionalized, Op::diag);
+      FunctionalizeScope scope;
+      torch::autograd::variable_list wrapped;
+      for (const auto& g : grads) wrapped.push_back(scope.wrap(g));
+      out = (*node)(std::move(wrapped));
+      for (auto& o : out) o = FunctionalizeScope::unwrap(o);
+    } else {
+      if (whole) count(Event::whole_as_written, Op::diag);
+      out = (*node)(torch::autograd::variable_list(grads.begin(), grads.end()));
+    }
+  }
+  return std::vector<Tensor>(out.begin(), out.end());
+}
+
+// What each approach's trigger costs per formula call with no functorch transform active, alone:
+// n evaluations in a C++ loop (callgrind counts it). "vmap": the guard's and whole's test
+// (needs_functionalize); "stack": traced's (the functorch stack is empty).
+int64_t trigger_loop(int64_t n, const std::string& which) {
+  int64_t hits = 0;
+  bool vmap = which == "vmap";
+  TORCH_CHECK(vmap || which == "stack", "trigger_loop: 'vmap' or 'stack', got ", which);
+  for (int64_t i = 0; i < n; ++i) {
+    bool hit = vmap ? needs_functionalize() : F::getDynamicLayerStack().empty();
+    hits += hit;
+    asm volatile("" : : "r"(hits) : "memory");  // keep every evaluation
+  }
+  return hits;
+}
+
 // The guard with only the gradient wrapped (as hooks and whole functionalize: the tensors a node
 // saved are not functional): masked_select's formula builds its buffer from the saved input,
 // and masked_scatter_ of the functional grad into it fails functionalization's assert.
@@ -100,6 +142,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Functionalize layers / reopened vmap fronts not yet closed on this thread");
   m.def("vmap_active", &vmap_active);
   m.def("whole_call", &whole_call, "fn(*args), under a Functionalize layer iff vmap is active");
+  m.def("node_loop", &node_loop, "y's backward node applied n times in C++ (whole: per pass)");
+  m.def("trigger_loop", &trigger_loop, "n evaluations of a trigger (vmap | stack) in C++");
   m.def("naive_guard_probe", &naive_guard_probe, "the guard as a TLS include only (diag)");
   m.def("grad_only_probe", &grad_only_probe, "the guard wrapping grad only (masked_select)");
   m.def("no_sync_probe", &no_sync_probe, "the guard unwrapping without sync (diag)");
