@@ -139,15 +139,22 @@ def test_schema_arguments_and_literals():
 
 def test_a_graph_becomes_a_guarded_cpp_function():
     spec = registry.get_op("index_select")
-    gm = torch.fx.symbolic_trace(lambda grad, index: torch.ops.aten.index_add.default(
-        torch.ops.aten.zeros.default([4, 3]), 0, index, grad))
+    g = torch.fx.Graph()
+    grad, index = g.placeholder("grad"), g.placeholder("index")
+    zeros = g.call_function(torch.ops.aten.zeros.default, ([4, 3],))
+    g.output(g.call_function(torch.ops.aten.index_add.default, (zeros, 0, index, grad)))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
     args = (torch.ones(5, 3), [4, 3], 0, torch.tensor([0, 2, 2, 1, 0]))
     lines, done, skipped = generate.emit_formula("index_select", spec.schema, [(args, lambda: gm)])
     text = "\n".join(lines)
     assert done and not skipped and "self_sizes == at::IntArrayRef({4, 3})" in text
-    assert "at::_ops::index_add::call(v" in text and "index, grad, at::Scalar(int64_t(1)))" in text
-    _, _, skipped = generate.emit_formula("index_select", spec.schema, [(args, lambda: 1 / 0)])
-    assert skipped and "ZeroDivisionError" in skipped[0]
+    assert "at::_ops::index_add::call(v2, int64_t(0), index, grad, at::Scalar(int64_t(1)))" in text
+    # mutations: a graph holding a constant tensor, and a trace that raises, are refused
+    const = torch.fx.symbolic_trace(lambda grad, index: torch.ops.aten.index_add.default(
+        torch.ops.aten.zeros.default([4, 3]), 0, index, grad))  # zeros ran: a get_attr constant
+    for bad, why in ((lambda: const, "get_attr"), (lambda: 1 / 0, "ZeroDivisionError")):
+        _, done, skipped = generate.emit_formula("index_select", spec.schema, [(args, bad)])
+        assert not done and why in skipped[0]
 
 
 # ------------------------------------------------------------------ the saved run (no build)
