@@ -41,7 +41,7 @@ LAYERS = [
     {"studies.trace", "studies.graphs"},
     {"studies.bench"},
     {"studies.coverage", "studies.deletable", "studies.findings", "studies.compiled",
-     "studies.yourcode", "studies.bad_input"},
+     "studies.yourcode", "studies.bad_input", "studies.cpp"},
     {"studies.libraries"},
     {"studies.review"},
     {"views"},

@@ -7,10 +7,12 @@ Roles (every other list of strategies in the workbench derives from :data:`REGIS
   out-of-place formula in Python), ``compiled`` (torch.compile of the transform call);
 * ``candidate``: the ways to functionalize the design review ranks: ``composite``, ``hooks``,
   ``whole``, ``per_formula``, ``traced``;
-* ``sweep``: acts on torch's own backward nodes only, for the OpInfo sweep: ``traced_backward``.
+* ``sweep``: acts on torch's own backward nodes only, for the OpInfo sweep: ``traced_backward``;
+* ``cpp``: the C++ study's approaches (:mod:`funcbwd_lab.strategies.cpp`): the 8 test ops built as
+  C++ operators, run when named (the C++ study's matrix, ``python -m funcbwd_lab.studies.cpp``).
 
 :func:`available` is the matrix's strategies (references and candidates); :func:`all_names`
-adds the sweep's. Modules are imported on first use, so a broken approach cannot break the others.
+adds the sweep's and the C++ study's. Modules are imported on first use, so a broken approach cannot break the others.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class Entry:
     name: str
     module: str  # the module's dotted path (a literal: the architecture test sees the edge)
     cls: str
-    role: str  # "reference" | "candidate" | "sweep"
+    role: str  # "reference" | "candidate" | "sweep" | "cpp"
 
 
 REGISTRY: tuple[Entry, ...] = (
@@ -41,8 +43,14 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("traced", "funcbwd_lab.strategies.traced", "Traced", "candidate"),
     Entry("compiled", "funcbwd_lab.strategies.compiled", "Compiled", "reference"),
     Entry("traced_backward", "funcbwd_lab.strategies.traced_backward", "TracedBackward", "sweep"),
+    Entry("cpp_legacy", "funcbwd_lab.strategies.cpp", "CppLegacy", "cpp"),
+    Entry("cpp_handfixed", "funcbwd_lab.strategies.cpp", "CppHandfixed", "cpp"),
+    Entry("cpp_composite", "funcbwd_lab.strategies.cpp", "CppComposite", "cpp"),
+    Entry("cpp_guard", "funcbwd_lab.strategies.cpp", "CppGuard", "cpp"),
+    Entry("cpp_whole", "funcbwd_lab.strategies.cpp", "CppWhole", "cpp"),
+    Entry("cpp_traced", "funcbwd_lab.strategies.cpp", "CppTraced", "cpp"),
 )
-ROLES = ("reference", "candidate", "sweep")
+ROLES = ("reference", "candidate", "sweep", "cpp")
 _BY_NAME = {e.name: e for e in REGISTRY}
 _INSTANCES: dict[str, Strategy] = {}
 
@@ -54,7 +62,7 @@ def names(role: str | None = None) -> list[str]:
 
 def available() -> list[str]:
     """The matrix's strategies: references and candidates, in registry order."""
-    return [e.name for e in REGISTRY if e.role != "sweep"]
+    return [e.name for e in REGISTRY if e.role in ("reference", "candidate")]
 
 
 def all_names() -> list[str]:

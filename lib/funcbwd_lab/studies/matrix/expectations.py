@@ -16,7 +16,7 @@ import dataclasses
 from typing import Any, Iterable
 
 from funcbwd_lab.ops.registry import TEST_OPS
-from funcbwd_lab.strategies import CANDIDATES, available
+from funcbwd_lab.strategies import CANDIDATES, available, names
 from funcbwd_lab.run.scenarios import BACKWARD_NAMES
 
 STRATEGIES = tuple(available())  # the registry's matrix strategies (funcbwd_lab.strategies.REGISTRY)
@@ -187,11 +187,13 @@ def expected(strategy: str, op: str, scenario: str) -> Expected:
     return table()[strategy, op, scenario]
 
 
-def differences(summary: dict[tuple[str, str, str], dict[str, Any]]) -> list[str]:
+def differences(summary: dict[tuple[str, str, str], dict[str, Any]],
+                reviewed: dict[tuple[str, str, str], Expected] | None = None) -> list[str]:
     """Each cell of ``summary`` (:func:`funcbwd_lab.studies.matrix.matrix.summarize`, keyed (op, scenario,
-    strategy)) whose status, reason or mechanism_ran differs from the table, as one line each;
-    cells the table does not cover are listed too."""
-    exp = table()
+    strategy)) whose status, reason or mechanism_ran differs from the table (``reviewed``, default
+    :func:`table`; :func:`cpp_table` for the C++ study's cells), as one line each; cells the
+    table does not cover are listed too."""
+    exp = table() if reviewed is None else reviewed
     out = []
     for (op, sc, st), cell in sorted(summary.items()):
         e = exp.get((st, op, sc))
@@ -202,4 +204,34 @@ def differences(summary: dict[tuple[str, str, str], dict[str, Any]]) -> list[str
         want = (e.status, e.reason, e.mechanism_ran)
         if got != want:
             out.append(f"{st} {op} {sc}: got {got}, expected {want} ({e.why or 'pass'})")
+    return out
+
+
+# ------------------------------------------------------------------ the C++ study's strategies
+#: the C++ study's strategies (role "cpp", funcbwd_lab.strategies.cpp): the same formulas and the
+#: same mechanisms written in C++, each expected to give its Python counterpart's cell, cell for
+#: cell (checked: every cell of data/cpp.json's matrix against data/matrix-test-ops.json's)
+CPP_STRATEGIES = tuple(names("cpp"))
+CPP_COUNTERPART = {"cpp_legacy": "plain", "cpp_handfixed": "handfixed", "cpp_guard": "per_formula",
+                   "cpp_composite": "composite", "cpp_whole": "whole", "cpp_traced": "traced"}
+#: exceptions to the counterpart rule, as RULES (later rules override); none found so far
+CPP_RULES: list[tuple[Any, Any, Any, Expected]] = []
+
+
+def cpp_table() -> dict[tuple[str, str, str], Expected]:
+    """Every (C++ strategy, test op, scenario) with its reviewed expectation: the counterpart's,
+    its why saying so, then :data:`CPP_RULES`."""
+    base = table()
+    out = {}
+    for st, py in CPP_COUNTERPART.items():
+        for op in TEST_OPS:
+            for sc in BACKWARD_NAMES:
+                e = base[py, op, sc]
+                why = f"as {py}, the same formula and mechanism in C++" + (f": {e.why}" if e.why else "")
+                out[st, op, sc] = dataclasses.replace(e, why=why)
+    for strategies, ops, scenarios, exp in CPP_RULES:
+        for st in _names(strategies, CPP_STRATEGIES):
+            for op in _names(ops, TEST_OPS):
+                for sc in _names(scenarios, BACKWARD_NAMES):
+                    out[st, op, sc] = exp
     return out
