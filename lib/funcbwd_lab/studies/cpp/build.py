@@ -37,7 +37,7 @@ HEADERS = ("approaches.h", "functionalize.h", "legacy.h", "traced.h", "stub/nloh
 GENERATED = "traced_graphs.cpp"
 CFLAGS = ("-O2",)
 #: what the generated graphs depend on (hashed: a change regenerates them)
-GENERATOR_INPUTS = ("lib/funcbwd/fx", "lib/funcbwd/tool", "lib/funcbwd_lab/ops/discussion",
+GENERATOR_INPUTS = ("lib/funcbwd/fx", "lib/funcbwd_lab/ops/discussion",
                     "lib/funcbwd_lab/strategies/traced.py", "lib/funcbwd_lab/studies/cpp/generate.py",
                     "lib/funcbwd_lab/studies/bench/inputs.py")
 #: how long a cold build took on the machine that wrote docs/cpp.md (said up front, not a limit)
