@@ -39,15 +39,19 @@ def test_rfc_is_deterministic_and_fits_100_columns(inputs, generated):
     assert not too_wide, too_wide[:3]
 
 
-def test_rfc_waits_for_cpp_numbers_and_labels_the_python_cost(generated, inputs):
-    """Without data/cpp.json the title names no pick and the C++ cost says not yet measured; the
-    Python figures are labelled as Python."""
+def test_rfc_picks_on_cpp_numbers_and_labels_the_python_cost(generated, inputs):
+    """With data/cpp.json the title names the pick on C++ numbers; without it, no pick and "not yet
+    measured"; the Python figures are labelled as Python either way."""
     from funcbwd_lab.studies.review import cpp_decision
 
-    assert inputs["cpp_study"] is None
-    assert generated.startswith("# RFC: functionalize in-place backward formulas under vmap "
-                                "(pick pending C++ numbers)")
-    assert cpp_decision.NOT_MEASURED in generated
+    pick = cpp_decision.decide(cpp_decision.normalize(inputs["cpp_study"]))["pick"]
+    assert generated.startswith(f"# RFC: functionalize in-place backward formulas under vmap "
+                                f"(`{pick}`)")
+    assert cpp_decision.NOT_MEASURED not in generated
+    waiting = rfc.document({**inputs, "cpp_study": None})  # mutation: the file absent
+    assert waiting.startswith("# RFC: functionalize in-place backward formulas under vmap "
+                              "(pick pending C++ numbers)")
+    assert cpp_decision.NOT_MEASURED in waiting
     assert "In Python (the prototype's ranking, not the pick" in generated
     cost = generated[generated.index("## What it costs (Python)"):]
     assert "one basis (the worst case)" in cost and "the bench's targets:" in cost

@@ -99,19 +99,42 @@ def test_the_pick_follows_the_cpp_numbers(inputs):
                 "composite": ("candidate", 29, 1, 44, 1.0, 1.1, 1.1),
                 "legacy": ("reference", 0, 3, 12, 1.0, 1.0, 1.0)})
     d = cpp_decision.decide(cpp_decision.normalize(doc))
-    assert d["pick"] == "builtin" and d["status_quo_wins"]  # nothing is ahead of the status quo
+    assert d["pick"] == "composite" and d["status_quo_ahead_on"] == ["on_instructions", "on_time"]
     assert "legacy" not in [r["approach"] for r in d["rows"]]  # references are not candidates
-    doc["approaches"]["composite"]["matrix"]["no_fallback"] = 50  # mutation: a candidate ahead
+    doc["approaches"]["guard"]["matrix"]["no_fallback"] = 50  # mutation: the guard ahead
     d = cpp_decision.decide(cpp_decision.normalize(doc))
-    assert d["pick"] == "composite" and not d["status_quo_wins"]
+    assert d["pick"] == "guard" and d["status_quo_ahead_on"] == ["on_instructions",
+                                                                  "on_time"]  # 1.01x: a tie
+    assert d["pick_ahead_on"] == ["no_fallback"]
     text = rfc.document({**inputs, "cpp_study": doc})
-    assert text.startswith("# RFC: functionalize in-place backward formulas under vmap (`composite`)")
-    assert "| 1 | `composite` |" in text and cpp_decision.NOT_MEASURED not in text
-    doc["approaches"]["composite"]["cost"]["vmap_on"]["time"] = None
+    assert text.startswith("# RFC: functionalize in-place backward formulas under vmap (`guard`)")
+    assert "| 1 | `guard` |" in text and cpp_decision.NOT_MEASURED not in text
+    doc["approaches"]["guard"]["cost"]["vmap_on"]["time"] = None
     assert "Not measured for every approach: time vs builtin under vmap." in "\n".join(
         cpp_decision.markdown(cpp_decision.decide(cpp_decision.normalize(doc))))
     with pytest.raises(ValueError):
         cpp_decision.normalize({**doc, "schema": "other"})
+
+
+def test_the_cpp_decision_reads_the_cpp_studys_file(inputs):
+    """data/cpp.json (the C++ study's own shape) read through the study's reader: every candidate
+    has every criterion, the status quo's matrix is the Python matrix's builtin column."""
+    doc = inputs["cpp_study"]
+    assert doc is not None and set(doc["approaches"]) == {
+        "cpp_composite", "cpp_guard", "cpp_whole", "cpp_traced", "builtin"}
+    norm = cpp_decision.normalize(doc)
+    assert all(v is not None for n, row in norm.items() for v in
+               (row[c.name] for c in cpp_decision.CRITERIA)), norm
+    b = inputs["evidence"].strategies["builtin"]
+    assert norm["builtin"]["no_fallback"] == b["no_fallback"]
+    d = cpp_decision.decide(norm)
+    pick = norm[d["pick"]]
+    assert all(cpp_decision._compare(pick, norm[n])[0] <= 0 for n in norm
+               if norm[n]["role"] == "candidate")
+    text = rfc.document(inputs)
+    assert text.startswith(f"# RFC: functionalize in-place backward formulas under vmap "
+                           f"(`{d['pick']}`)")
+    assert cpp_decision.NOT_MEASURED not in text
 
 
 # ------------------------------------------------------------------------------ the change in core

@@ -13,21 +13,28 @@ against builtin, vmap on and off, in instructions (callgrind) and time::
                            "cost": {"vmap_on": {"instructions": x, "time": x},
                                     "vmap_off": {"instructions": x, "time": x}}}}}
 
-(ratios to builtin, medians over the study's ops and sizes; a missing value is None: not
-measured). :data:`CRITERIA` order the candidates: the matrix first (fixes, wrong results, cells
-without the slow fallback), then what every user pays (instructions with vmap off), then the
-batched cost (instructions, then time, with vmap on). The status quo is ranked with them: a
-candidate that is not ahead of it on some criterion is not worth a PR. Without the file every
-figure is "C++ cost: not yet measured", never a number.
+(ratios to builtin; a missing value is None: not measured). :func:`from_study` writes this
+shape from the C++ study's saved run (:func:`funcbwd_lab.studies.cpp.saved.load`): the four
+approaches built in C++ are the candidates; torch's own formulas (``builtin``, already C++) are
+the status quo, their matrix the Python matrix's builtin column (the same cells, run through
+torch's compiled formulas), their cost 1.00x by definition. :data:`CRITERIA` order the
+candidates: the matrix first (fixes, wrong results of their own, cells without the slow
+fallback), then what every user pays (instructions with vmap off, median over every op and
+size), then the batched cost (instructions at B=64, the worst of the 5 in-place ops and both
+sizes, as the study's targets judge it; then the median ``vmap(vjp)`` time ratio at B=64). The
+pick is the first candidate; the status quo is shown beside it with the first criterion on which
+it is ahead (``status_quo_ahead_on``): torch's formulas are hand-written per op, so being behind
+them on the 8 test ops is what a mechanism that writes no formula by hand trades. Without the
+file every figure is "C++ cost: not yet measured", never a number.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any, Mapping
 
-from funcbwd_lab.studies.review import saved
 
 FILE = "cpp.json"
 SCHEMA = "funcbwd-cpp/1"
@@ -83,36 +90,126 @@ def normalize(doc: Mapping[str, Any] | None) -> dict[str, dict[str, Any]] | None
     return out
 
 
-def _key(row: Mapping[str, Any]) -> tuple:
-    key = []
+#: ratios closer than this are not told apart (instructions: twice the largest difference the C++
+#: study measured between two graphs of the same node, 0.96%; time: a 2-core machine's noise)
+RESOLUTION = {"x instructions": 0.02, "x time": 0.10}
+
+
+def _resolution(c: Criterion) -> float:
+    return RESOLUTION["x time" if c.name.endswith("time") else "x instructions"] if c.unit == "x" else 0.0
+
+
+def _compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[int, str]:
+    """-1 if ``a`` ranks above ``b``, 1 if below, 0 if no criterion tells them apart; and the
+    first criterion that does. A missing value ranks below any number; ratios within
+    :data:`RESOLUTION` of each other are a tie on that criterion."""
     for c in CRITERIA:
-        v = row.get(c.name)
-        key.append((1, 0.0) if v is None else (0, -float(v) if c.better == "max" else float(v)))
-    return tuple(key)
+        x, y = a.get(c.name), b.get(c.name)
+        if x is None or y is None:
+            if (x is None) != (y is None):
+                return (1 if x is None else -1), c.name
+            continue
+        x, y = float(x), float(y)
+        if c.unit == "x" and abs(x - y) <= _resolution(c) * min(x, y):
+            continue
+        if x != y:
+            better = x > y if c.better == "max" else x < y
+            return (-1 if better else 1), c.name
+    return 0, ""
 
 
 def decide(approaches: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
-    """The ranking (candidates and the status quo), the pick, and the first criterion on which each
-    approach differs from the one ranked above it; ``measured`` False without data."""
+    """The candidates ranked, the pick (the first), the first criterion on which each differs from
+    the one ranked above it, and the status quo beside them (``status_quo_ahead_on`` and
+    ``pick_ahead_on``: the criteria on which the status quo is better than the pick, and worse);
+    ``measured`` False without data."""
     if not approaches:
         return {"measured": False, "why": f"{NOT_MEASURED}: data/{FILE} is not on this branch"}
-    pool = {n: a for n, a in approaches.items() if a["role"] == "candidate" or n == STATUS_QUO}
-    order = sorted(pool, key=lambda n: (_key(pool[n]), n))
-    rows = []
-    for i, n in enumerate(order):
-        behind = ""
-        if i:
-            prev = _key(pool[order[i - 1]])
-            behind = next((c.name for c, a, b in zip(CRITERIA, prev, _key(pool[n])) if a != b), "")
-        rows.append({"rank": i + 1, "approach": n, "behind_on": behind, **pool[n]})
+    pool = {n: a for n, a in approaches.items() if a["role"] == "candidate"}
+    order = sorted(pool, key=functools.cmp_to_key(
+        lambda m, n: _compare(pool[m], pool[n])[0] or (m > n) - (m < n)))
+    rows = [{"rank": i + 1, "approach": n,
+             "behind_on": _compare(pool[order[i - 1]], pool[n])[1] if i else "", **pool[n]}
+            for i, n in enumerate(order)]
     pick = order[0]
-    return {"measured": True, "pick": pick, "status_quo_wins": pick == STATUS_QUO, "rows": rows,
+    sq = approaches.get(STATUS_QUO)
+    ahead: list[str] = []
+    behind: list[str] = []
+    if sq is not None:
+        for c in CRITERIA:
+            one = {k: v for k, v in pool[pick].items() if k != c.name}
+            sign = _compare({**one, c.name: pool[pick].get(c.name)}, {**one, c.name: sq.get(c.name)})[0]
+            (behind if sign < 0 else ahead if sign > 0 else []).append(c.name)
+        rows.append({"rank": "-", "approach": STATUS_QUO, "behind_on": "", **sq})
+    return {"measured": True, "pick": pick, "status_quo_ahead_on": ahead, "pick_ahead_on": behind,
+            "rows": rows,
             "unmeasured": [c.label for c in CRITERIA
-                           if any(pool[n].get(c.name) is None for n in pool)]}
+                           if any(r.get(c.name) is None for r in rows)]}
 
 
-def load(data_dir: str | Path) -> dict[str, Any] | None:
-    return saved.load(data_dir, FILE)
+def _median(xs: list[float]) -> float | None:
+    import statistics
+
+    return statistics.median(xs) if xs else None
+
+
+def from_study(s: Mapping[str, Any], builtin_matrix: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The module docstring's shape from the C++ study's saved run ``s``
+    (:func:`funcbwd_lab.studies.cpp.saved.load`) and the Python matrix's builtin column
+    (``evidence.strategies["builtin"]``, for the status quo's matrix)."""
+    from funcbwd_lab.studies.cpp.saved import APPROACHES, TARGET_OPS
+    from funcbwd_lab.studies.matrix.summary import plain_fails
+
+    legacy_fails = sum(plain_fails(c) for by_sc in s["approaches"]["cpp_legacy"]["matrix"]["cells"]
+                       .values() for c in by_sc.values())
+    approaches: dict[str, Any] = {}
+    for label in APPROACHES:
+        a, summ = s["approaches"][label], s["summary"][label]
+        cells = [c for by_sc in a["matrix"]["cells"].values() for c in by_sc.values()
+                 if c["status"] != "not_applicable"]
+        wrong = [c for c in cells if c["status"] == "mismatch"]
+        off = [r for r in a["cost"] if r["kind"] == "node" and not r["vmap"]]
+        on = [r for r in a["cost"] if r["kind"] == "node" and r["vmap"] and r["batch"] == 64
+              and r["op"] in TARGET_OPS]
+        approaches[label] = {
+            "role": "candidate", "description": f"built in C++ (Python: {a['counterpart']})",
+            "matrix": {"applicable": len(cells), "passed": sum(c["status"] == "pass" for c in cells),
+                       "fixes": summ["fixes"], "plain_failures": legacy_fails,
+                       "wrong": len([c for c in wrong if c["reason"] != "legacy_wrong"]),
+                       "no_fallback": summ["pass_without_fallback"]},
+            "cost": {"vmap_off": {
+                         "instructions": _median([r["instructions_vs"]["builtin"] for r in off
+                                                  if "builtin" in r["instructions_vs"]]),
+                         "time": _median([r["time_vs"]["builtin"]["ratio"] for r in off
+                                          if r["time_vs"].get("builtin")])},
+                     "vmap_on": {
+                         "instructions": max((r["instructions_vs"]["builtin"] for r in on
+                                              if "builtin" in r["instructions_vs"]), default=None),
+                         "time": summ["vjp_time_b64_vs_builtin"]}}}
+    if builtin_matrix is not None:
+        b = builtin_matrix
+        approaches[STATUS_QUO] = {
+            "role": "reference", "description": "torch's own formulas (hand-written per op)",
+            "matrix": {"applicable": b["applicable"], "passed": b["passed"], "fixes": b["fixes"],
+                       "plain_failures": b["plain_failures"],
+                       "wrong": b["wrong"] - b.get("wrong_inherited", 0),
+                       "no_fallback": b["no_fallback"]},
+            "cost": {"vmap_off": {"instructions": 1.0, "time": 1.0},
+                     "vmap_on": {"instructions": 1.0, "time": 1.0}}}
+    return {"schema": SCHEMA, "torch": s.get("torch"), "when": s.get("when"),
+            "approaches": approaches}
+
+
+def load(data_dir: str | Path, evidence: Any = None) -> dict[str, Any] | None:
+    """data/cpp.json read through the C++ study's own reader, in the module docstring's shape
+    (None without the file); ``evidence``: the review evidence (the status quo's matrix)."""
+    from funcbwd_lab.studies.cpp import saved as cpp_saved
+
+    path = Path(data_dir) / FILE
+    if not path.exists():
+        return None
+    builtin = None if evidence is None else evidence.strategies.get(STATUS_QUO)
+    return from_study(cpp_saved.load(path), builtin)
 
 
 def _cell(c: Criterion, v: Any, row: Mapping[str, Any]) -> str:
@@ -136,9 +233,26 @@ def markdown(decision: Mapping[str, Any]) -> list[str]:
             "this section ranks each approach built in C++ with torch's own formula (the status "
             f"quo) on, in order: {'; '.join(c.label for c in CRITERIA)} (funcbwd_lab.studies."
             "review.cpp_decision).", WIDTH), ""]
-    lead = (f"**Pick on C++ numbers: `{decision['pick']}`**"
-            + (" (the status quo: no candidate is ahead of torch's own formula)"
-               if decision["status_quo_wins"] else "") + ".")
+    by = {c.name: c for c in CRITERIA}
+    lead = f"**Pick on C++ numbers: `{decision['pick']}`**, the first of the approaches built in C++."
+    rows = {r["approach"]: r for r in decision["rows"]}
+
+    def versus(names: list[str], a: str, b: str) -> str:
+        return "; ".join(f"{by[n].label} ({_cell(by[n], rows[a][n], rows[a])} against "
+                         f"{_cell(by[n], rows[b][n], rows[b])})" for n in names)
+
+    if STATUS_QUO in rows:
+        pick, ahead, behind = decision["pick"], decision["status_quo_ahead_on"], decision["pick_ahead_on"]
+        lead += (" Beside torch's own formulas (the status quo, hand-written per op): "
+                 + (f"it is ahead on {versus(behind, pick, STATUS_QUO)}" if behind
+                    else "it is ahead on nothing")
+                 + (f"; they are ahead on {versus(ahead, STATUS_QUO, pick)}, what a mechanism "
+                    "that writes no formula by hand gives up on the 8 test ops." if ahead
+                    else "; they are ahead on nothing."))
+    lead += (" Ranked in this order: " + "; ".join(c.label for c in CRITERIA) + " (vmap off: "
+             "median over every op and size; under vmap: instructions at B=64, the worst of the "
+             "5 in-place ops and both sizes, and the median vmap(vjp) time ratio at B=64; "
+             "docs/cpp.md has every number).")
     out = [paragraph(lead, WIDTH), "",
            "| rank | approach | " + " | ".join(c.short for c in CRITERIA) + " |",
            "|---|---|" + "---|" * len(CRITERIA)]

@@ -46,7 +46,7 @@ def load(data_dir: str | Path) -> dict[str, Any]:
     out["compiled"] = (json.loads((d / COMPILED_FILE).read_text())
                        if (d / COMPILED_FILE).exists() else None)
     out["coverage"] = _coverage(d / COVERAGE_FILE)
-    out["cpp_study"] = cpp_decision.load(d)
+    out["cpp_study"] = cpp_decision.load(d, evidence)
     out.update(prs_upstream=upstream.load(d), prs_effects=effects.load(d),
                branches=branches.load(d), trigger=trigger.load(d),
                inplace_formulas=inplace_formulas.load(d), budget_resample=budget_resample.load(d),
@@ -183,7 +183,7 @@ def document(inputs: Mapping[str, Any], width: int = WIDTH) -> str:
               "review-*.json of the objections and corrections); regenerate, do not edit. "
               "tests/test_rfc.py checks this file against a fresh generation._", width)
     out += _summary(inputs, d, cpp, ret)
-    out += _p("Prototype in this repository: `funcbwd.functionalized` (lib/funcbwd/tool/), the copy "
+    out += _p("Prototype in this repository: `funcbwd.functionalized` (lib/funcbwd/decorator.py), the copy "
               "elision lib/funcbwd/fx/elide.py, the strategy lib/funcbwd_lab/strategies/traced.py; "
               "the small PRs: docs/prs/; history of the question: functorch#241, pytorch#69534 "
               "(isTensorSubclassLike), pytorch#69991 (composite compliance).", width)
