@@ -203,8 +203,7 @@ def test_decision_chart_is_categorical_with_units():
     fig = dv.chart(review.decision(_evidence()))
     bars = [t for t in fig.data if t.type == "bar" and t.showlegend is False]
     assert len(bars) == len(review.CRITERIA)
-    assert {t.name for t in fig.data if t.showlegend} == {"pick", "behind the pick on this criterion",
-                                                          "other candidate"}
+    assert {t.name for t in fig.data if t.showlegend} == {"pick", dv.BEHIND, "other candidate"}
     layout = fig.layout.to_plotly_json()
     titles = {ax.get("title", {}).get("text") for k, ax in layout.items() if k.startswith("xaxis")}
     assert {"cells", "x time", "µs/node", "ops", "cases"} <= titles

@@ -58,7 +58,28 @@ RENDERERS = {
         json.loads((DATA / "yourcode-cost.json").read_text())),
     "first-call": lambda i: first_call.markdown(
         json.loads((DATA / "decorator-first-call.json").read_text())),
+    "cpp-pick": lambda i: _cpp_pick(i["evidence"]),
+    "libraries-summary": lambda i: _libraries_summary(),
 }
+
+
+def _cpp_pick(evidence) -> str:
+    """The pick on C++ numbers (data/cpp.json), as the RFC makes it, in a few lines."""
+    from funcbwd_lab.studies.review import cpp_decision
+    from funcbwd_lab.tables import WIDTH, paragraph
+
+    decision = cpp_decision.decide(cpp_decision.normalize(cpp_decision.load(DATA, evidence)))
+    return paragraph(cpp_decision.short(decision) + " In Python ([every criterion]"
+                     "(docs/decision.md)):", WIDTH)
+
+
+def _libraries_summary() -> str:
+    from funcbwd_lab.studies.libraries import render as libraries
+    from funcbwd_lab.tables import WIDTH, paragraph
+
+    return paragraph("On real libraries installed from the package index at pinned versions, "
+                     "each called as its users call it ([docs/libraries.md](docs/libraries.md)): "
+                     + libraries.headline(libraries.load(DATA / "libraries.json")), WIDTH)
 
 
 def render(results, bench, evidence, names=None) -> dict[str, str]:

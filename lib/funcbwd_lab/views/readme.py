@@ -41,6 +41,8 @@ HOMES: dict[str, str] = {
     "corpus-summary": "README.md",
     "corpus-cost": "docs/your-code.md",
     "first-call": "docs/contract.md",
+    "cpp-pick": "README.md",
+    "libraries-summary": "README.md",
 }
 WIDTH = 100  # columns of the prose the blocks wrap (rendered markdown joins the lines again)
 #: a word that, starting a line, would make it a list item, heading, quote, rule or fence
@@ -80,7 +82,8 @@ COST_BASIS = re.compile(r"\(median over \d+ ops, batch >= \d+\)")
 def decision_summary_markdown(evidence, bench=None) -> str:
     """The README's ``decision-summary`` block, its first screen: the pick (with what it is, its
     strategy's one-line summary), the runner-up and the decision's three sentences, wrapped; the
-    full table and the basis of every count are the ``decision`` block of ``docs/decision.md``.
+    full table and the basis of every count are the ``decision`` block of ``docs/decision.md``,
+    which the ``cpp-pick`` block above it links.
     With ``bench`` (the saved run the costs come from), the cost's basis is followed by that run's
     target status (:func:`funcbwd_lab.studies.bench.text.targets_summary`): a median of 1.00x must
     not read as a met target."""
@@ -100,8 +103,6 @@ def decision_summary_markdown(evidence, bench=None) -> str:
     lines = wrap(pick) + [""]
     for i, s in enumerate(sentences, 1):
         lines += wrap(s, f"{i}. ", " " * len(f"{i}. "))
-    lines += [""] + wrap("_All candidates on all criteria, and the basis of each count: "
-                         "[docs/decision.md](docs/decision.md)._")
     return "\n".join(lines)
 
 

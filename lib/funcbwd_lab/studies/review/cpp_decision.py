@@ -221,6 +221,14 @@ def _cell(c: Criterion, v: Any, row: Mapping[str, Any]) -> str:
     return f"{int(v)}/{int(of)}" if of is not None else f"{int(v)}"
 
 
+def short(decision: Mapping[str, Any]) -> str:
+    """The pick, for the README's first screen (the comparison in full: :func:`markdown`)."""
+    if not decision["measured"]:
+        return f"**{decision['why']}.**"
+    return (f"**The pick on C++ numbers: `{decision['pick']}`** ([docs/cpp.md](docs/cpp.md), "
+            "[RFC](docs/rfc.md#the-decision-on-c-numbers)).")
+
+
 def markdown(decision: Mapping[str, Any]) -> list[str]:
     """The section's lines: the pick and the table, or why there is none yet."""
     from funcbwd_lab.tables import WIDTH, paragraph
@@ -234,22 +242,21 @@ def markdown(decision: Mapping[str, Any]) -> list[str]:
             f"quo) on, in order: {'; '.join(c.label for c in CRITERIA)} (funcbwd_lab.studies."
             "review.cpp_decision).", WIDTH), ""]
     by = {c.name: c for c in CRITERIA}
-    lead = f"**Pick on C++ numbers: `{decision['pick']}`**, the first of the approaches built in C++."
+    lead = f"**Pick on C++ numbers: `{decision['pick']}`**, first of the approaches built in C++."
     rows = {r["approach"]: r for r in decision["rows"]}
 
-    def versus(names: list[str], a: str, b: str) -> str:
-        return "; ".join(f"{by[n].label} ({_cell(by[n], rows[a][n], rows[a])} against "
-                         f"{_cell(by[n], rows[b][n], rows[b])})" for n in names)
+    def versus(names: list[str]) -> str:
+        p, q = rows[decision["pick"]], rows[STATUS_QUO]
+        return " and ".join(f"{by[n].label} ({_cell(by[n], p[n], p)} against "
+                            f"{_cell(by[n], q[n], q)})" for n in names)
 
     if STATUS_QUO in rows:
-        pick, ahead, behind = decision["pick"], decision["status_quo_ahead_on"], decision["pick_ahead_on"]
-        lead += (" Beside torch's own formulas (the status quo, hand-written per op): "
-                 + (f"it is ahead on {versus(behind, pick, STATUS_QUO)}" if behind
-                    else "it is ahead on nothing")
-                 + (f"; they are ahead on {versus(ahead, STATUS_QUO, pick)}, what a mechanism "
-                    "that writes no formula by hand gives up on the 8 test ops." if ahead
-                    else "; they are ahead on nothing."))
-    lead += (" Ranked in this order: " + "; ".join(c.label for c in CRITERIA) + " (vmap off: "
+        ahead, behind = decision["pick_ahead_on"], decision["status_quo_ahead_on"]
+        lead += (" Against torch's own formulas (the status quo, hand-written per op), it is "
+                 + (f"ahead on {versus(ahead)}" if ahead else "ahead on nothing")
+                 + (f" and behind on {versus(behind)}: what a mechanism that writes no formula "
+                    "by hand gives up on the 8 test ops." if behind else " and behind on nothing."))
+    lead += (" Criteria, in ranking order: " + "; ".join(c.label for c in CRITERIA) + " (vmap off: "
              "median over every op and size; under vmap: instructions at B=64, the worst of the "
              "5 in-place ops and both sizes, and the median vmap(vjp) time ratio at B=64; "
              "docs/cpp.md has every number).")
