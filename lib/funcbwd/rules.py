@@ -178,6 +178,10 @@ def batch_norm(mode, func, name, args, kwargs):
         # running statistic is updated (torch.func.replace_all_batch_norm_modules_)
         bound.update(running_mean=None, running_var=None)
         return func(*(bound[n] for n in names if n in bound))
+    if bound.get("training"):  # the kernel writes the caller's statistics: saved like any write
+        for s in (stats, bound.get("running_var")):
+            if isinstance(s, torch.Tensor) and mode.node(s) is None and not mode.journal.borrowed(s):
+                mode.journal.save(s)
     return ordinary(mode, func, name, args, kwargs)
 
 
