@@ -95,8 +95,8 @@ class LibCase:
 
 
 #: the dtype of a function case's arguments: float64, so that a batched computation and the
-#: per-sample loop agree to roundoff far below any real difference (a model's are float32, its
-#: parameters' dtype)
+#: per-sample loop agree to roundoff far below any real difference (a whole model's are drawn in
+#: float32 and made float64 with the model, :func:`funcbwd_lab.studies.libraries.cases.module_fn`)
 DTYPE = torch.float64
 
 

@@ -69,8 +69,9 @@ def metadata() -> dict[str, Any]:
                      "hessian: the first); truth: a per-sample loop of eager autograd on the same "
                      "call (fresh objects and fresh copies of the arguments per run); outputs and "
                      "the "
-                     "caller's state (a module's buffers) compared: functions in float64 within "
-                     "1e-6, models in float32 within upstream's composition tolerance (1e-4); the "
+                     "caller's state (a module's buffers) compared in float64 within 1e-6 "
+                     "(functions and whole models; a module whose constants .double() does not "
+                     "reach, in float32 within upstream's composition tolerance, 1e-4); the "
                      "mode's arms run twice (a second, fresh call)"}
 
 
