@@ -23,6 +23,7 @@ from funcbwd_lab.studies.matrix import matrix
 from funcbwd_lab.studies.matrix import records
 from funcbwd_lab.views import corpus, readme
 from funcbwd_lab.studies.deletable import render as live
+from funcbwd_lab.studies.generated import report as generated_report
 from funcbwd_lab.studies.yourcode import first_call
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +61,8 @@ RENDERERS = {
         json.loads((DATA / "decorator-first-call.json").read_text())),
     "cpp-pick": lambda i: _cpp_pick(i["evidence"]),
     "libraries-summary": lambda i: _libraries_summary(),
+    "generated-summary": lambda i: generated_report.readme_summary(
+        json.loads((DATA / "generated.json").read_text())),
 }
 
 

@@ -43,6 +43,7 @@ HOMES: dict[str, str] = {
     "first-call": "docs/contract.md",
     "cpp-pick": "README.md",
     "libraries-summary": "README.md",
+    "generated-summary": "README.md",
 }
 WIDTH = 100  # columns of the prose the blocks wrap (rendered markdown joins the lines again)
 #: a word that, starting a line, would make it a list item, heading, quote, rule or fence
