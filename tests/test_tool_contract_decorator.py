@@ -1,0 +1,93 @@
+"""funcbwd.functionalized keeps the contract (docs/generated.md) on the classes the seeded subset
+of generated programs found outside it: each test is a program of its own, checked against the
+per-sample loop (:func:`funcbwd.harness.check`) or torch's own answer."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import funcbwd
+from funcbwd import harness, internals
+
+
+def batch(seed: int = 0, n: int = 4) -> torch.Tensor:
+    return torch.randn(n, 4, generator=torch.Generator().manual_seed(seed))
+
+
+def check(f, transform, calls=None, **kw) -> harness.Result:
+    calls = calls or [harness.Call((batch(0),)), harness.Call((batch(1),))]
+    return harness.check(f, calls, transform, "functionalized", timeout=60, **kw)
+
+
+# ------------------------------------------------------------------ routing across threads
+def test_two_threads_routing_vmap_leave_torch_as_it_was():
+    """Two threads' routing blocks interleaved (A enters, B enters, A leaves, B leaves) leave
+    torch's vmap_impl and Function.apply torch's own, and each thread sees its own routing
+    only. (A global swap per block leaked A's replacement: B saved it as "the original"; every
+    later call went through one more wrapper, until RecursionError.)"""
+    import torch._functorch.apis as apis
+
+    vmap_impl, apply = apis.vmap_impl, torch.autograd.Function.__dict__["apply"]
+    entered = [threading.Event(), threading.Event()]
+    left_a = threading.Event()
+    seen: dict[str, list] = {"a": [], "b": []}
+
+    def routed(name):
+        def make(original):
+            def impl(*args, **kwargs):
+                seen[name].append(1)
+                return original(*args, **kwargs)
+            return impl
+        return make
+
+    def a():
+        with internals.vmap_impl_replaced(routed("a")), \
+                internals.function_apply_replaced(lambda original: original):
+            entered[0].set()
+            entered[1].wait(10)
+        left_a.set()
+
+    def b():
+        entered[0].wait(10)
+        with internals.vmap_impl_replaced(routed("b")), \
+                internals.function_apply_replaced(lambda original: original):
+            entered[1].set()
+            left_a.wait(10)
+            torch.func.vmap(torch.sin)(torch.ones(2, 3))
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen == {"a": [], "b": [1]}
+    assert apis.vmap_impl is vmap_impl
+    assert torch.autograd.Function.__dict__["apply"] is apply
+
+
+def test_a_closure_after_a_two_thread_program_under_hessian():
+    """The generated programs' order: a program called from two threads under vmap(vmap), then a
+    closure under hessian in the same process (was RecursionError)."""
+
+    def writes(x):
+        t = torch.empty_like(x).zero_()
+        t.mul_(x.cumsum(0))
+        t.index_add_(0, torch.tensor([1, 3]), t[2:] * x[:2])
+        return t * 1.0
+
+    for entry in ("allow_inplace", "functionalized"):
+        r = harness.check(writes, [harness.Call((batch(0),))], "vmap_vmap", entry, threads=2,
+                          timeout=60)
+        assert r.ok, r
+
+    def make(c):
+        def f(x):
+            return x * 2.0 * c
+        return f
+
+    r = check(make(2.0), "hessian", [harness.Call((batch(0),)),
+                                     harness.Call((batch(1),), fn=make(-1.5))])
+    assert r.verdict == "pass", r
