@@ -91,3 +91,32 @@ def test_a_closure_after_a_two_thread_program_under_hessian():
     r = check(make(2.0), "hessian", [harness.Call((batch(0),)),
                                      harness.Call((batch(1),), fn=make(-1.5))])
     assert r.verdict == "pass", r
+
+
+# ------------------------------------------------------------------ boolean masks: the audit sees
+def reads_requires_grad_beside_a_mask(x):
+    t = x.clone()
+    t[x > 0] = (t + x.cos())[x > 0]
+    if t.requires_grad:  # True in the per-sample loop of a differentiated call
+        t[2:4] = x[1::2]
+    return t * 1.0
+
+
+def writes_under_no_grad_beside_a_mask(x):
+    t = x.clone()
+    t[x > 0] = 0.5
+    with torch.no_grad():
+        t.mul_(3.0)  # not recorded: the gradient flows as if it had not happened
+    return t * x
+
+
+@pytest.mark.parametrize("f", [reads_requires_grad_beside_a_mask,
+                               writes_under_no_grad_beside_a_mask])
+@pytest.mark.parametrize("transform", ["vmap_grad", "jacrev", "hessian"])
+def test_a_function_with_a_mask_is_audited(f, transform):
+    """A function with a boolean mask is traced again with masks as ``where`` under the mask
+    rules' mode; the audit (requires_grad read, write under no_grad) ran outside that mode and
+    saw nothing: the graph fixed ``requires_grad`` at trace time (False) and differentiated the
+    no_grad write."""
+    r = check(f, transform)
+    assert r.verdict == "pass", r
