@@ -120,3 +120,20 @@ def test_a_function_with_a_mask_is_audited(f, transform):
     no_grad write."""
     r = check(f, transform)
     assert r.verdict == "pass", r
+
+
+# ------------------------------------------------------------------ as written: a clear refusal
+def draws_then_reads_a_value(x):
+    noise = torch.rand(4)  # drawn before the refusal: the random state must be put back
+    t = torch.zeros(4)
+    t.add_(x * x.sum().item())  # a per-sample value read: no graph, no vmap can run it
+    return t + noise
+
+
+@pytest.mark.parametrize("transform", ["vmap", "vmap_grad", "vmap_vmap"])
+def test_code_no_transform_can_run_is_refused_naming_the_line(transform):
+    """A data-dependent function runs as written under the transform; torch's error (vmap's
+    ``.item()``) leaked naming no line of the user's file, and the random state stayed advanced.
+    Now: torch's error with a note naming what ran and the user's file:line, nothing drawn."""
+    r = check(draws_then_reads_a_value, transform)
+    assert r.verdict == "refused", r

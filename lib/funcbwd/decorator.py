@@ -201,8 +201,17 @@ class Functionalizer:
         from funcbwd.masks import tensors
 
         samples = scope.samples_now(tensors(args))
-        with scope.entered(samples=samples), functions_converted():
-            return run_as_written((self, key), lambda: formula(*args), args)
+        rng = internals.rng_states()
+        try:
+            with scope.entered(samples=samples), functions_converted():
+                return run_as_written((self, key), lambda: formula(*args), args)
+        except Exception as e:
+            internals.set_rng_states(rng)  # a refused call draws nothing
+            if not isinstance(e, FuncbwdError):  # torch's own error: say what ran, and where
+                e.add_note(f"funcbwd.functionalized({self.name}) ran it as written under this "
+                           f"transform (not traced: {why.reason}), as it is and under the "
+                           f"in-place mode; it raised at {_user_frame(e, self.fn)}")
+            raise
 
     def _refusal(self, why: str) -> str:
         return (f"funcbwd.functionalized({self.name}) cannot trace under torch.compile ({why}); "
@@ -243,6 +252,18 @@ def _runnable_here(entry: FormulaGraph) -> bool:
     """A graph with random ops cannot run under vmap's ``randomness="same"`` with a batched input
     (torch refuses the functionalized random op): that call runs as written."""
     return not (entry.random and internals.vmap_randomness_same())
+
+
+def _user_frame(e: BaseException, fn: Any) -> str:
+    """``file:line`` of the innermost frame of the user's code in ``e``'s traceback (not torch's,
+    not funcbwd's); where it has none, where ``fn`` is defined."""
+    import traceback
+
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if "/torch/" not in frame.filename and "/funcbwd/" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno}"
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "?"
 
 
 def _wrapper_level() -> int:
