@@ -137,3 +137,19 @@ def test_code_no_transform_can_run_is_refused_naming_the_line(transform):
     Now: torch's error with a note naming what ran and the user's file:line, nothing drawn."""
     r = check(draws_then_reads_a_value, transform)
     assert r.verdict == "refused", r
+
+
+# ------------------------------------------------------------------ a cached graph's constants
+def writes_through_a_constant_mask(x):
+    t = x.new_empty(4).fill_(0.25)
+    t[torch.tensor([True, False, True, False])] = (x * x).sum()
+    return t * 1.0
+
+
+@pytest.mark.parametrize("transform", ["jacrev", "hessian", "vmap_jacrev"])
+def test_a_graph_built_under_a_grad_transform_runs_on_the_next_call(transform):
+    """The graph's copy (and a pass's buffers) were made under the first call's grad transform:
+    its constant (the mask) was wrapped at that level, dead at the second call (torch's INTERNAL
+    ASSERT ``level.has_value()``)."""
+    r = check(writes_through_a_constant_mask, transform)
+    assert r.verdict == "pass", r
