@@ -153,3 +153,26 @@ def test_a_graph_built_under_a_grad_transform_runs_on_the_next_call(transform):
     ASSERT ``level.has_value()``)."""
     r = check(writes_through_a_constant_mask, transform)
     assert r.verdict == "pass", r
+
+
+# ------------------------------------------------------------------ tensors from Python data
+def writes_into_new_tensor(x):
+    t = x.new_tensor([1.0, 2.0, 3.0, 4.0])
+    t.sub_(x * 3.0)  # t now carries x's gradient (eager: a fresh leaf written)
+    t.sin_()
+    return t[:]
+
+
+def writes_into_torch_tensor(x):
+    t = torch.tensor([1.0, -2.0, 0.5, 4.0])
+    t[1:3] = x[:2] * x[2:]
+    return t * 2.0
+
+
+@pytest.mark.parametrize("f", [writes_into_new_tensor, writes_into_torch_tensor])
+@pytest.mark.parametrize("transform", ["vmap_grad", "jacrev", "jacfwd", "hessian"])
+def test_a_write_into_a_tensor_from_data_keeps_its_gradient(f, transform):
+    """torch.tensor / new_tensor is detach(lift_fresh(data)) under functionalization, which
+    regenerated the detach after the write: the graph's gradient was zero."""
+    r = check(f, transform)
+    assert r.verdict == "pass", r

@@ -14,7 +14,10 @@ it can and refuses where it cannot:
   ``detach_()`` of one are refused (:class:`TraceRefused`);
 * assigning ``.data`` of a tensor the call did not make (the caller's) is refused;
 * reading ``requires_grad``, ``grad_fn``, ``is_leaf`` or ``grad`` is refused: the trace runs on
-  tensors that carry no gradient, so a branch on it would be fixed at trace time.
+  tensors that carry no gradient, so a branch on it would be fixed at trace time;
+* ``torch.tensor(data)`` and ``new_tensor(data)`` are traced as a clone of themselves (a fresh
+  tensor, as eager makes: functionalization would take them for a view of the data and drop the
+  gradient of a write into them).
 
 :class:`Audit` is a ``TorchFunctionMode`` around the traced call, tracking which tensors carry
 gradient (the inputs and captured tensors, and what grad-enabled ops compute from them).
@@ -31,6 +34,8 @@ from torch.overrides import TorchFunctionMode
 from funcbwd import masks, rules
 
 _AUTOGRAD_STATE = frozenset({"requires_grad", "grad_fn", "is_leaf", "grad", "_version"})
+#: factories of tensors from Python data (see :meth:`Audit.__torch_function__`)
+_FROM_DATA = frozenset({"tensor", "new_tensor"})
 
 
 class TraceRefused(RuntimeError):
@@ -88,6 +93,12 @@ class Audit(TorchFunctionMode):
             target = kwargs["out"] if k == "out" else (args[0] if args else None)
             self._check_write(name, target)
         out = func(*args, **kwargs)
+        if name in _FROM_DATA and isinstance(out, torch.Tensor) and not out.requires_grad:
+            # torch.tensor(data) / new_tensor(data) is detach(lift_fresh(data)): functionalization
+            # takes it for a view of the lifted data, and after a write into it regenerates it as
+            # detach(written value), dropping the write's gradient. Eager makes a fresh leaf: so
+            # does a clone (the same values, no view).
+            out = out.clone()
         grad = torch.is_grad_enabled()
         inputs = masks.tensors((args, kwargs))
         for o in masks.tensors(out):
