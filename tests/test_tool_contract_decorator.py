@@ -176,3 +176,30 @@ def test_a_write_into_a_tensor_from_data_keeps_its_gradient(f, transform):
     regenerated the detach after the write: the graph's gradient was zero."""
     r = check(f, transform)
     assert r.verdict == "pass", r
+
+
+# ------------------------------------------------------------------ no_grad under forward mode
+def scales_by_a_no_grad_sum(x):
+    t = torch.zeros(4)
+    with torch.no_grad():
+        s = x.sum()  # reverse mode: a constant; forward mode ignores no_grad: a tangent
+    t.add_(x * s)
+    return t * 1.0
+
+
+def writes_a_fresh_tensor(x):
+    t = torch.zeros(4)
+    view = t[:]
+    t.add_(x * 2.0)
+    return view
+
+
+@pytest.mark.parametrize("f,around", [(scales_by_a_no_grad_sum, None),
+                                      (writes_a_fresh_tensor, lambda: torch.no_grad())])
+@pytest.mark.parametrize("transform", ["jacfwd", "hessian", "jacrev"])
+def test_no_grad_under_forward_mode(f, around, transform):
+    """The trace detaches what runs under no_grad (reverse mode's answer); forward-mode AD
+    ignores no_grad (eager and torch.func alike): the graph's answer was wrong under jacfwd and
+    hessian, also for a whole call made under no_grad."""
+    r = check(f, transform, around=around)
+    assert r.verdict == "pass", r

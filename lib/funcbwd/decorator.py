@@ -154,6 +154,10 @@ class Functionalizer:
         if not _runnable_here(entry):
             return self.as_written(formula, args, Untraceable(
                 "its graph has random ops and vmap's randomness='same' is active"), key)
+        if entry.no_grad and internals.forward_ad_active():
+            return self.as_written(formula, args, Untraceable(
+                "it computes under no_grad, which forward-mode AD (jvp, jacfwd, hessian) ignores "
+                "and its graph's detach would not"), key)
         return entry.run(args + captured)
 
     def _build(self, formula: Callable[..., Any], args: tuple) -> Any:

@@ -295,6 +295,8 @@ class FormulaGraph:
     paths: Any = ()
     #: the graph draws random numbers (vmap's ``randomness="same"`` refuses it on batched inputs)
     random: bool = False
+    #: the trace detached what ran under no_grad (forward-mode AD would not: see the decorator)
+    no_grad: bool = False
 
     @property
     def refusal(self) -> str | None:
@@ -406,12 +408,13 @@ def _build(formula: Callable[..., Any], args: tuple, name: str, check: bool, opt
                                 len(captured), trace.get("fake", False))
         for gm in (functionalized, elided):
             tracer.shed_values(gm)  # the trace's tensors: a cached graph keeps only their layouts
+        no_grad = any(n.meta.get("no_grad") for n in functionalized.graph.nodes)
         random = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
                      and torch.Tag.nondeterministic_seeded in n.target.tags
                      for n in chosen.graph.nodes)
         return FormulaGraph(functionalized, elided, report, result, run, label, bindings, rewrites,
                             masks, pass_report, captured=tuple(tensor_spec(t) for t in captured),
-                            captured_tensors=captured, random=random)
+                            captured_tensors=captured, random=random, no_grad=no_grad)
 
 
 def signature_text(args: Sequence[Any], limit: int = 80) -> str:

@@ -16,6 +16,14 @@ _VMAP = int(_F.TransformType.Vmap)
 _FUNCTIONALIZE = int(_F.TransformType.Functionalize)
 
 
+def forward_ad_active() -> bool:
+    """True when a jvp level (jvp, jacfwd, hessian's outer transform) is on the functorch stack."""
+    if not _F.get_dynamic_layer_stack_depth():
+        return False
+    jvp = int(_F.TransformType.Jvp)
+    return any(int(i.key()) == jvp for i in (_F.get_interpreter_stack() or []))
+
+
 def _levels(t: torch.Tensor) -> Iterator[tuple[torch.Tensor, str]]:
     """(tensor, kind: Functional/Batched/GradTracking/Dense) down ``t``'s wrappers, outermost first."""
     cur = t
