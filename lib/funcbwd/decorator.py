@@ -34,7 +34,10 @@ of it, eager autograd), or one error naming the cause. How:
   every call (under vmap, under the in-place mode of :mod:`funcbwd.inplace`, whose plans are
   replayed on later calls), with a one-time :class:`FunctionalizeFallbackWarning` naming why.
   Boolean masks (``x[mask]``, ``t[mask] = v``) are traced again with every mask as ``where``,
-  kept only if that graph matches ``f`` as written on seeded inputs.
+  kept only if that graph matches ``f`` as written on seeded inputs. A graph that detached what
+  ran under ``no_grad`` runs as written where forward-mode AD is active (jvp, jacfwd, hessian:
+  forward AD ignores ``no_grad``). Where ``f`` as written fails too (vmap's ``.item()``), torch's
+  error gets a note naming what ran and the user's ``file:line``; the random state is put back.
 * **Nested and concurrent**: a decorated function called while another is being traced runs as
   written inside that trace; keys are built under a lock of their own (threads tracing one key
   share it; nothing else waits).
@@ -57,7 +60,7 @@ import torch
 from funcbwd import guards, internals, scope
 from funcbwd.audit import Audit
 from funcbwd.cache import DEFAULT_MAXSIZE, LRU
-from funcbwd.errors import BadInputError, FuncbwdError, first_line
+from funcbwd.errors import BadInputError, FuncbwdError, LoopInstead, NeedsMode, first_line
 from funcbwd.fx.formula_graphs import FormulaGraph, build, flatten_args, positional_key
 from funcbwd.internals import dynamo
 
@@ -211,7 +214,8 @@ class Functionalizer:
                 return run_as_written((self, key), lambda: formula(*args), args)
         except Exception as e:
             internals.set_rng_states(rng)  # a refused call draws nothing
-            if not isinstance(e, FuncbwdError):  # torch's own error: say what ran, and where
+            if not isinstance(e, (FuncbwdError, LoopInstead, NeedsMode)):  # torch's own error:
+                # say what ran, and where
                 e.add_note(f"funcbwd.functionalized({self.name}) ran it as written under this "
                            f"transform (not traced: {why.reason}), as it is and under the "
                            f"in-place mode; it raised at {_user_frame(e, self.fn)}")
