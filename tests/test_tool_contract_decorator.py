@@ -203,3 +203,31 @@ def test_no_grad_under_forward_mode(f, around, transform):
     hessian, also for a whole call made under no_grad."""
     r = check(f, transform, around=around)
     assert r.verdict == "pass", r
+
+
+# ------------------------------------------------------------------ .data of a tensor the call made
+def scales_a_fresh_tensor_through_data(x):
+    t = x.new_tensor([1.0, 2.0, 3.0, 4.0])
+    t.data.mul_(2.0)  # no gradient anywhere: plain torch.func runs it
+    t.sub_(x)
+    return t * 1.0
+
+
+def doubles_through_data_after_a_gradient(x):
+    t = torch.zeros(4)
+    d = t.data
+    t.add_(x)
+    d.mul_(2.0)  # eager: the values doubled, the gradient not
+    return t * 1.0
+
+
+@pytest.mark.parametrize("f", [scales_a_fresh_tensor_through_data,
+                               doubles_through_data_after_a_gradient])
+@pytest.mark.parametrize("transform", ["vmap", "vmap_grad", "jacrev", "hessian"])
+def test_data_of_a_tensor_the_call_made(f, transform):
+    """``.data`` of a fresh tensor could not be traced: the call ran as written, where the
+    in-place mode took the alias for the caller's tensor and refused under vmap
+    (StateWriteError: a regression, plain torch.func runs it). It is traced as ``.detach()`` now;
+    a write through it into a tensor that carries gradient by then is refused (as written)."""
+    r = check(f, transform)
+    assert r.verdict == "pass", r
