@@ -231,3 +231,19 @@ def test_data_of_a_tensor_the_call_made(f, transform):
     a write through it into a tensor that carries gradient by then is refused (as written)."""
     r = check(f, transform)
     assert r.verdict == "pass", r
+
+
+def writes_a_gradient_through_detach_of_a_fresh_tensor(x):
+    t = x.new_ones(4)
+    t.detach()[2] = x.norm()  # eager: t's value changes, its gradient does not
+    t.index_put_((torch.tensor([0, 3]),), x[1::2])
+    return t * 1.0
+
+
+@pytest.mark.parametrize("transform", ["vmap_grad", "jacrev", "jacfwd", "hessian"])
+def test_a_gradient_written_through_detach_is_not_differentiated(transform):
+    """A value carrying gradient written through ``.detach()`` of a tensor that carries none:
+    functionalization propagates it to the tensor with its gradient, eager does not (the
+    gradient stays in the alias). Refused in the trace: the function runs as written."""
+    r = check(writes_a_gradient_through_detach_of_a_fresh_tensor, transform)
+    assert r.verdict == "pass", r

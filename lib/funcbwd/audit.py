@@ -106,6 +106,12 @@ class Audit(TorchFunctionMode):
         if k in ("write", "setitem", "out") or name == "detach_":
             target = kwargs["out"] if k == "out" else (args[0] if args else None)
             self._check_write(name, target)
+            base = self._data_base(target)
+            if base is not None and any(self._carries(a) for a in masks.tensors((args, kwargs))
+                                        if a is not target):
+                raise TraceRefused(f"{name} writes a value that carries gradient through "
+                                   ".data or .detach() of a tensor (eager keeps that gradient "
+                                   "in the alias alone; a functionalized graph cannot)")
         out = func(*args, **kwargs)
         if name in _FROM_DATA and isinstance(out, torch.Tensor) and not out.requires_grad:
             # torch.tensor(data) / new_tensor(data) is detach(lift_fresh(data)): functionalization
@@ -117,6 +123,7 @@ class Audit(TorchFunctionMode):
         inputs = masks.tensors((args, kwargs))
         for o in masks.tensors(out):
             self.made.add(o)
+            self._alias(name, o, inputs)
             if name in _FRESH:
                 continue  # takes only a shape, dtype or device of its input: no gradient
             if name in ("detach", "detach_") or not grad:
@@ -127,11 +134,17 @@ class Audit(TorchFunctionMode):
                 self.tracked.add(o)
             if any(a in self.detached for a in inputs) and _is_view_of_any(o, inputs):
                 self.detached.add(o)
-            for a in inputs:
-                base = self._data_base(a)
-                if base is not None and _is_view_of_any(o, [a]):
-                    self.data_of[id(o)] = (weakref.ref(o), weakref.ref(base))
         return out
+
+    def _alias(self, name: str, o: torch.Tensor, inputs: list) -> None:
+        """Record ``o`` if it is ``detach()`` of a tensor, or a view of such an alias."""
+        if name == "detach" and inputs:
+            self.data_of[id(o)] = (weakref.ref(o), weakref.ref(inputs[0]))
+            return
+        for a in inputs:
+            base = self._data_base(a)
+            if base is not None and _is_view_of_any(o, [a]):
+                self.data_of[id(o)] = (weakref.ref(o), weakref.ref(base))
 
     def _data_base(self, t: Any) -> Any:
         """The tensor whose ``.data`` ``t`` is (or a view of), else None."""
