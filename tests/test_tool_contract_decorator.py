@@ -247,3 +247,42 @@ def test_a_gradient_written_through_detach_is_not_differentiated(transform):
     gradient stays in the alias). Refused in the trace: the function runs as written."""
     r = check(writes_a_gradient_through_detach_of_a_fresh_tensor, transform)
     assert r.verdict == "pass", r
+
+
+# ------------------------------------------------------------------ Python stores of the caller's
+CACHE = {"last": torch.zeros(4)}
+
+
+def keeps_the_last_value(x):
+    t = torch.ones_like(x)
+    CACHE["last"] = (x * x).detach()
+    t.add_(x * 2)
+    return t * 1.0
+
+
+@pytest.mark.parametrize("transform,verdict", [("vmap", "refused"), ("vmap_grad", "refused"),
+                                               ("jacrev", "pass"), ("jacfwd", "pass")])
+def test_a_tensor_stored_in_the_callers_dict(transform, verdict):
+    """The trace stored its own (fake, functional) tensor in the caller's dict, and the cached
+    graph never stored again; under vmap the call as written stores a batched tensor that escapes
+    the transform. Now: the trace's store is undone and the function runs as written; under vmap
+    the store is undone and refused, naming the path and the function's file:line."""
+    CACHE["last"] = torch.zeros(4)
+    r = check(keeps_the_last_value, transform, state={"CACHE": CACHE})
+    assert r.verdict == verdict, r
+
+
+def detaches_a_fresh_tensor_in_place(x):
+    t = torch.empty_like(x).zero_()
+    t.detach_()  # a no-op in eager (t carries no gradient yet)
+    view = t[:]
+    t.add_((x * x.cos()).sum())
+    return view
+
+
+@pytest.mark.parametrize("transform", ["vmap_grad", "jacrev"])
+def test_detach_in_place_of_a_fresh_tensor(transform):
+    """``detach_()`` of a tensor carrying no gradient, then a write carrying gradient: the graph
+    lost the gradient of the view (functionalization follows detach_ as a view op)."""
+    r = check(detaches_a_fresh_tensor_in_place, transform)
+    assert r.verdict == "pass", r

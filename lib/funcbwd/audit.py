@@ -154,8 +154,10 @@ class Audit(TorchFunctionMode):
     def _check_write(self, name: str, target: Any) -> None:
         if not isinstance(target, torch.Tensor):
             return
-        if name == "detach_" and self._carries(target):
-            raise TraceRefused("detach_() of a tensor that carries gradient")
+        if name == "detach_":  # of one that carries gradient, or not: functionalization
+            # follows detach_ as a view op and loses the gradient of what is written after
+            raise TraceRefused("detach_() of a tensor that carries gradient" if self._carries(
+                target) else "detach_(), which functionalization follows as a view op")
         base = self._data_base(target)
         if target in self.detached or (base is not None and self._carries(base)):
             raise TraceRefused(f"{name} writes through .data or .detach() of a tensor that "

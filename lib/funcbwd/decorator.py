@@ -60,7 +60,8 @@ import torch
 from funcbwd import guards, internals, scope
 from funcbwd.audit import Audit
 from funcbwd.cache import DEFAULT_MAXSIZE, LRU
-from funcbwd.errors import BadInputError, FuncbwdError, LoopInstead, NeedsMode, first_line
+from funcbwd.errors import (BadInputError, FuncbwdError, LoopInstead, NeedsMode, first_line,
+                            user_frame)
 from funcbwd.fx.formula_graphs import FormulaGraph, build, flatten_args, positional_key
 from funcbwd.internals import dynamo
 
@@ -76,14 +77,14 @@ class FunctionalizeFallbackWarning(UserWarning):
 
 
 class Untraceable(tuple):
-    """A cached negative result: this key is not traced, and why (``.reason``)."""
+    """A cached negative result: this key is not traced, and why (``.reason``); ``.path``: where
+    the call stores a tensor it computes (checked after each call as written), or ()."""
 
-    def __new__(cls, reason: str) -> "Untraceable":
-        return super().__new__(cls, (reason,))
+    def __new__(cls, reason: str, path: tuple = ()) -> "Untraceable":
+        return super().__new__(cls, (reason, path))
 
-    @property
-    def reason(self) -> str:
-        return self[0]
+    reason = property(lambda self: self[0])
+    path = property(lambda self: self[1])
 
 
 Observer = Callable[[str, Any], None]
@@ -172,8 +173,14 @@ class Functionalizer:
         entry: Any = None
         with scope.entered(tracing=scope.current().tracing | {id(self)}):
             try:
+                pre = guards.reachable(self.fn, args)
                 entry = build(formula, args, name=self.name, optimize=True, fake=True,
                               capture=True, grad_mode=torch.is_grad_enabled(), audit=Audit)
+                stored = guards.trace_tensors_stored(self.fn, args)
+                for path in stored:  # the trace's tensors are not left in the caller's objects
+                    guards.put(self.fn, args, path, pre.get(path, guards.GONE))
+                if stored:
+                    raise guards.StoresTensor(stored[0])
                 entry.paths = self.env(args).locate(entry.captured_tensors)
             except Exception as e:  # noqa: BLE001 - any trace failure: run as written
                 if dynamo.is_dynamo_error(e):
@@ -181,6 +188,8 @@ class Functionalizer:
                         f"torch.compile's machinery raised while tracing: {type(e).__name__}")
                     ) from e
                 entry = Untraceable(f"{type(e).__name__}: {first_line(str(e))}")
+                if isinstance(e, guards.StoresTensor):
+                    entry = Untraceable(entry.reason, e.path)
                 if _MASK_SHAPES in str(e):
                     from funcbwd.dense_masks import with_dense_masks
 
@@ -209,17 +218,35 @@ class Functionalizer:
 
         samples = scope.samples_now(tensors(args))
         rng = internals.rng_states()
+        before = guards.resolve(self.fn, args, why.path) if why.path else None
         try:
             with scope.entered(samples=samples), functions_converted():
-                return run_as_written((self, key), lambda: formula(*args), args)
+                out = run_as_written((self, key), lambda: formula(*args), args)
+            if why.path:
+                self._check_stored(args, why.path, before)
+            return out
         except Exception as e:
             internals.set_rng_states(rng)  # a refused call draws nothing
+            if why.path:  # nor stores anything
+                guards.put(self.fn, args, why.path, before)
             if not isinstance(e, (FuncbwdError, LoopInstead, NeedsMode)):  # torch's own error:
                 # say what ran, and where
                 e.add_note(f"funcbwd.functionalized({self.name}) ran it as written under this "
                            f"transform (not traced: {why.reason}), as it is and under the "
-                           f"in-place mode; it raised at {_user_frame(e, self.fn)}")
+                           f"in-place mode; it raised at {user_frame(e, self.fn)}")
             raise
+
+    def _check_stored(self, args: tuple, path: tuple, before: Any) -> None:
+        """A tensor stored under vmap where the caller can reach it is batched: once the call
+        returns it escapes, not the per-sample loop's last value. Put back and refused."""
+        t = guards.resolve(self.fn, args, path)
+        if isinstance(t, torch.Tensor) and internals.vmap_levels(t):
+            guards.put(self.fn, args, path, before)
+            raise FuncbwdError(
+                f"funcbwd.functionalized({self.name}) ({user_frame(None, self.fn)}) stores a "
+                f"tensor it computes under vmap at {guards.path_text(path)}: a batched tensor of a "
+                "finished transform, not a per-sample loop's last value. Nothing was stored: "
+                "return it, or store it outside the transform")
 
     def _refusal(self, why: str) -> str:
         return (f"funcbwd.functionalized({self.name}) cannot trace under torch.compile ({why}); "
@@ -260,18 +287,6 @@ def _runnable_here(entry: FormulaGraph) -> bool:
     """A graph with random ops cannot run under vmap's ``randomness="same"`` with a batched input
     (torch refuses the functionalized random op): that call runs as written."""
     return not (entry.random and internals.vmap_randomness_same())
-
-
-def _user_frame(e: BaseException, fn: Any) -> str:
-    """``file:line`` of the innermost frame of the user's code in ``e``'s traceback (not torch's,
-    not funcbwd's); where it has none, where ``fn`` is defined."""
-    import traceback
-
-    for frame in reversed(traceback.extract_tb(e.__traceback__)):
-        if "/torch/" not in frame.filename and "/funcbwd/" not in frame.filename:
-            return f"{frame.filename}:{frame.lineno}"
-    code = getattr(inspect.unwrap(fn), "__code__", None)
-    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "?"
 
 
 def _wrapper_level() -> int:
@@ -332,7 +347,6 @@ def entries(wrapper: Callable[..., Any]) -> list[FormulaGraph]:
 
 
 # ------------------------------------------------------------------------------ Function classes
-# ``@funcbwd.functionalized`` on a ``torch.autograd.Function`` subclass.
 # ``@funcbwd.functionalized`` on a ``torch.autograd.Function`` subclass.
 #
 # functorch#207: a custom Function whose backward writes into a fresh tensor in place

@@ -63,6 +63,11 @@ def _fake_mode():
     return FakeTensorMode(allow_non_fake_inputs=True)
 
 
+def is_fake(t: torch.Tensor) -> bool:
+    """``t`` is a tensor of a trace (a fake tensor)."""
+    return _is_fake(t)
+
+
 def _is_fake(t: torch.Tensor) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
