@@ -286,3 +286,19 @@ def test_detach_in_place_of_a_fresh_tensor(transform):
     lost the gradient of the view (functionalization follows detach_ as a view op)."""
     r = check(detaches_a_fresh_tensor_in_place, transform)
     assert r.verdict == "pass", r
+
+
+def stores_then_reads_a_value(x):
+    CACHE["last"] = (x * x).detach()
+    t = torch.zeros(4)
+    t.add_(x * x.sum().item())  # no trace, and vmap cannot run it either: refused
+    return t
+
+
+@pytest.mark.parametrize("transform", ["vmap", "vmap_grad", "vmap_vmap"])
+def test_a_refused_call_stores_nothing(transform):
+    """A call that stored into the caller's dict and then raised left the store behind (the
+    trace's, then the batched one): everything reachable is put back when it raises."""
+    CACHE["last"] = torch.zeros(4)
+    r = check(stores_then_reads_a_value, transform, state={"CACHE": CACHE})
+    assert r.verdict == "refused", r

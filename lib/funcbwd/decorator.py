@@ -77,14 +77,12 @@ class FunctionalizeFallbackWarning(UserWarning):
 
 
 class Untraceable(tuple):
-    """A cached negative result: this key is not traced, and why (``.reason``); ``.path``: where
-    the call stores a tensor it computes (checked after each call as written), or ()."""
+    """A cached negative result: this key is not traced, and why (``.reason``)."""
 
-    def __new__(cls, reason: str, path: tuple = ()) -> "Untraceable":
-        return super().__new__(cls, (reason, path))
+    def __new__(cls, reason: str) -> "Untraceable":
+        return super().__new__(cls, (reason,))
 
     reason = property(lambda self: self[0])
-    path = property(lambda self: self[1])
 
 
 Observer = Callable[[str, Any], None]
@@ -174,11 +172,13 @@ class Functionalizer:
         with scope.entered(tracing=scope.current().tracing | {id(self)}):
             try:
                 pre = guards.reachable(self.fn, args)
-                entry = build(formula, args, name=self.name, optimize=True, fake=True,
-                              capture=True, grad_mode=torch.is_grad_enabled(), audit=Audit)
-                stored = guards.trace_tensors_stored(self.fn, args)
-                for path in stored:  # the trace's tensors are not left in the caller's objects
-                    guards.put(self.fn, args, path, pre.get(path, guards.GONE))
+                try:
+                    entry = build(formula, args, name=self.name, optimize=True, fake=True,
+                                  capture=True, grad_mode=torch.is_grad_enabled(), audit=Audit)
+                finally:  # the trace's tensors are not left in the caller's objects
+                    stored = guards.trace_tensors_stored(self.fn, args)
+                    for path in stored:
+                        guards.put(self.fn, args, path, pre.get(path, guards.GONE))
                 if stored:
                     raise guards.StoresTensor(stored[0])
                 entry.paths = self.env(args).locate(entry.captured_tensors)
@@ -188,8 +188,6 @@ class Functionalizer:
                         f"torch.compile's machinery raised while tracing: {type(e).__name__}")
                     ) from e
                 entry = Untraceable(f"{type(e).__name__}: {first_line(str(e))}")
-                if isinstance(e, guards.StoresTensor):
-                    entry = Untraceable(entry.reason, e.path)
                 if _MASK_SHAPES in str(e):
                     from funcbwd.dense_masks import with_dense_masks
 
@@ -218,17 +216,16 @@ class Functionalizer:
 
         samples = scope.samples_now(tensors(args))
         rng = internals.rng_states()
-        before = guards.resolve(self.fn, args, why.path) if why.path else None
+        pre = guards.reachable(self.fn, args)
         try:
             with scope.entered(samples=samples), functions_converted():
                 out = run_as_written((self, key), lambda: formula(*args), args)
-            if why.path:
-                self._check_stored(args, why.path, before)
+            if internals.vmap_active():
+                self._check_stored(args, pre)
             return out
         except Exception as e:
             internals.set_rng_states(rng)  # a refused call draws nothing
-            if why.path:  # nor stores anything
-                guards.put(self.fn, args, why.path, before)
+            guards.put_back(self.fn, args, pre)  # nor stores anything
             if not isinstance(e, (FuncbwdError, LoopInstead, NeedsMode)):  # torch's own error:
                 # say what ran, and where
                 e.add_note(f"funcbwd.functionalized({self.name}) ran it as written under this "
@@ -236,17 +233,17 @@ class Functionalizer:
                            f"in-place mode; it raised at {user_frame(e, self.fn)}")
             raise
 
-    def _check_stored(self, args: tuple, path: tuple, before: Any) -> None:
+    def _check_stored(self, args: tuple, pre: dict) -> None:
         """A tensor stored under vmap where the caller can reach it is batched: once the call
-        returns it escapes, not the per-sample loop's last value. Put back and refused."""
-        t = guards.resolve(self.fn, args, path)
-        if isinstance(t, torch.Tensor) and internals.vmap_levels(t):
-            guards.put(self.fn, args, path, before)
-            raise FuncbwdError(
-                f"funcbwd.functionalized({self.name}) ({user_frame(None, self.fn)}) stores a "
-                f"tensor it computes under vmap at {guards.path_text(path)}: a batched tensor of a "
-                "finished transform, not a per-sample loop's last value. Nothing was stored: "
-                "return it, or store it outside the transform")
+        returns it escapes, not the per-sample loop's last value. Refused (the caller's error
+        handler puts every store back)."""
+        for path, t in guards.changed(self.fn, args, pre).items():
+            if isinstance(t, torch.Tensor) and internals.vmap_levels(t):
+                raise FuncbwdError(
+                    f"funcbwd.functionalized({self.name}) ({user_frame(None, self.fn)}) stores a "
+                    f"tensor it computes under vmap at {guards.path_text(path)}: a batched tensor "
+                    "of a finished transform, not a per-sample loop's last value. Nothing was "
+                    "stored: return it, or store it outside the transform")
 
     def _refusal(self, why: str) -> str:
         return (f"funcbwd.functionalized({self.name}) cannot trace under torch.compile ({why}); "

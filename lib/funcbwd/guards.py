@@ -264,3 +264,14 @@ def trace_tensors_stored(fn: Any, args: tuple) -> list:
                                             or internals.dense(t) is not t):
             out.append(path)
     return out
+
+
+def changed(fn: Any, args: tuple, pre: dict) -> dict:
+    """The reachable tensors now at a path that held another object (or none) in ``pre``."""
+    return {p: t for p, t in reachable(fn, args).items() if pre.get(p, GONE) is not t}
+
+
+def put_back(fn: Any, args: tuple, pre: dict) -> None:
+    """Every reachable path back to what it held in ``pre`` (:func:`reachable`)."""
+    for path in changed(fn, args, pre):
+        put(fn, args, path, pre.get(path, GONE))
