@@ -302,3 +302,24 @@ def test_a_refused_call_stores_nothing(transform):
     CACHE["last"] = torch.zeros(4)
     r = check(stores_then_reads_a_value, transform, state={"CACHE": CACHE})
     assert r.verdict == "refused", r
+
+
+# ------------------------------------------------------------------ random fills
+WEIGHTS = torch.tensor([1.0, -1.0, 0.5, 2.0])
+
+
+def fills_at_random(x):
+    t = x * x * WEIGHTS
+    t.bernoulli_(0.5)  # functionalized: aten::bernoulli.p, which has no derivative in torch
+    u = x * 2.0
+    u.normal_()  # aten::normal_functional: none either
+    return t + u * x
+
+
+@pytest.mark.parametrize("transform", ["jacrev", "vmap_grad", "hessian"])
+def test_a_random_fill_under_reverse_mode(transform):
+    """The in-place fill's derivative is zero; its functional form's is not implemented: the
+    graph raised torch's 'derivative for aten::bernoulli is not implemented' (after drawing)
+    where plain torch.func passes."""
+    r = check(fills_at_random, transform, randomness="same")
+    assert r.verdict == "pass", r

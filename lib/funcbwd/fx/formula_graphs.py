@@ -45,7 +45,7 @@ from funcbwd.errors import first_line
 from funcbwd.fx import codegen, elide, passes, tracer
 from funcbwd.fx.mask_write import rewrite_mask_writes
 from funcbwd.fx.select_scatter import rewrite_select_scatter
-from funcbwd.fx.slice_bounds import clamp_slice_ends
+from funcbwd.fx.slice_bounds import clamp_slice_ends, detach_random_fills
 from funcbwd.fx.tracer import DataDependentError, blank  # noqa: F401 - re-exported
 
 #: (shape, strides, dtype, device) of one tensor arg
@@ -376,6 +376,7 @@ def _build(formula: Callable[..., Any], args: tuple, name: str, check: bool, opt
         functionalized.captured = ()  # not copied with the graph, not kept by the cache
         tensors = flatten_args(args).tensors + captured
         clamp_slice_ends(functionalized)  # same values; torch's batched slice_scatter needs it
+        detach_random_fills(functionalized)  # same values; torch lacks some of their derivatives
         elided = copy.deepcopy(functionalized)
         # first: it sees select_scatter's src as read for values
         report = elide.elide_copies(elided)
