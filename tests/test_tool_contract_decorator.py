@@ -323,3 +323,20 @@ def test_a_random_fill_under_reverse_mode(transform):
     where plain torch.func passes."""
     r = check(fills_at_random, transform, randomness="same")
     assert r.verdict == "pass", r
+
+
+BUF = torch.zeros(4)
+
+
+def writes_a_buffer_and_stores(x):
+    BUF.add_(1.0)  # the caller's tensor: not traced (a captured write), runs as written
+    CACHE["last"] = x * 2.0  # batched over jacfwd's basis vectors: escapes
+    return x * x
+
+
+def test_a_refused_store_leaves_the_callers_tensors_as_they_were():
+    """The store is refused after the call ran: its writes into the caller's tensors (committed
+    by then) stayed. They are held in a journal of the decorator's until the check passes."""
+    CACHE["last"], BUF[:] = torch.zeros(4), 0.0
+    r = check(writes_a_buffer_and_stores, "jacfwd", state={"CACHE": CACHE, "BUF": BUF})
+    assert r.verdict == "refused", r

@@ -63,6 +63,7 @@ from funcbwd.cache import DEFAULT_MAXSIZE, LRU
 from funcbwd.errors import (BadInputError, FuncbwdError, LoopInstead, NeedsMode, first_line,
                             user_frame)
 from funcbwd.fx.formula_graphs import FormulaGraph, build, flatten_args, positional_key
+from funcbwd.journal import Journal
 from funcbwd.internals import dynamo
 
 __all__ = ["functionalized", "FunctionalizeFallbackWarning", "Untraceable", "entries", "CALLED",
@@ -216,14 +217,16 @@ class Functionalizer:
 
         samples = scope.samples_now(tensors(args))
         rng = internals.rng_states()
-        pre = guards.reachable(self.fn, args)
-        try:
-            with scope.entered(samples=samples), functions_converted():
+        pre, outer, journal = guards.reachable(self.fn, args), scope.current().journal, Journal()
+        try:  # the call's writes into the caller's tensors land in ``journal`` until checked
+            with scope.entered(samples=samples, journal=journal), functions_converted():
                 out = run_as_written((self, key), lambda: formula(*args), args)
             if internals.vmap_active():
                 self._check_stored(args, pre)
+            journal.commit() if outer is None else outer.absorb(journal)
             return out
         except Exception as e:
+            journal.restore()
             internals.set_rng_states(rng)  # a refused call draws nothing
             guards.put_back(self.fn, args, pre)  # nor stores anything
             if not isinstance(e, (FuncbwdError, LoopInstead, NeedsMode)):  # torch's own error:
