@@ -12,9 +12,13 @@ it can and refuses where it cannot:
 * a write under ``no_grad`` into a tensor that carries gradient (one computed from an input or a
   captured tensor while grad was enabled), a write into a detached alias of such a tensor, and
   ``detach_()`` of one are refused (:class:`TraceRefused`);
-* assigning ``.data`` of a tensor the call did not make (the caller's) is refused;
+* assigning ``.data`` of a tensor the call did not make (the caller's) is refused; reading
+  ``.data`` of one it made that carries no gradient is traced as ``.detach()`` (the same alias);
 * reading ``requires_grad``, ``grad_fn``, ``is_leaf`` or ``grad`` is refused: the trace runs on
-  tensors that carry no gradient, so a branch on it would be fixed at trace time.
+  tensors that carry no gradient, so a branch on it would be fixed at trace time;
+* ``torch.tensor(data)`` and ``new_tensor(data)`` are traced as a clone of themselves (a fresh
+  tensor, as eager makes: functionalization would take them for a view of the data and drop the
+  gradient of a write into them).
 
 :class:`Audit` is a ``TorchFunctionMode`` around the traced call, tracking which tensors carry
 gradient (the inputs and captured tensors, and what grad-enabled ops compute from them).
@@ -31,6 +35,12 @@ from torch.overrides import TorchFunctionMode
 from funcbwd import masks, rules
 
 _AUTOGRAD_STATE = frozenset({"requires_grad", "grad_fn", "is_leaf", "grad", "_version"})
+#: factories of tensors from Python data (see :meth:`Audit.__torch_function__`)
+_FROM_DATA = frozenset({"tensor", "new_tensor"})
+#: factories whose output carries no gradient, whatever their tensor argument carries
+_FRESH = _FROM_DATA | frozenset({
+    "new_zeros", "new_ones", "new_full", "new_empty", "zeros_like", "ones_like", "empty_like",
+    "full_like", "rand_like", "randn_like", "randint_like"})
 
 
 class TraceRefused(RuntimeError):
@@ -56,6 +66,8 @@ class Audit(TorchFunctionMode):
         super().__init__()
         self.tracked, self.detached, self.made = _Tensors(), _Tensors(), _Tensors()
         self.inputs = _Tensors()
+        #: .data read as .detach() (and views of it): id -> (the alias, the tensor it is of)
+        self.data_of: dict[int, tuple[weakref.ref, weakref.ref]] = {}
         for t in masks.tensors(inputs):
             self.tracked.add(t)
             self.inputs.add(t)
@@ -75,6 +87,13 @@ class Audit(TorchFunctionMode):
             if attr in _AUTOGRAD_STATE:
                 raise TraceRefused(f"it reads .{attr}, which a trace on tensors without "
                                    "gradient would fix at trace time")
+            if attr == "data" and args[0] in self.made and not self._carries(args[0]):
+                # .data of a tensor the call made, carrying no gradient: the same alias as
+                # .detach(), which functionalization follows (.data it cannot)
+                out = args[0].detach()
+                self.made.add(out)
+                self.data_of[id(out)] = (weakref.ref(out), weakref.ref(args[0]))
+                return out
             out = func(*args, **kwargs)
             if attr == "data" and self._carries(args[0]):
                 self.detached.add(out)
@@ -87,11 +106,26 @@ class Audit(TorchFunctionMode):
         if k in ("write", "setitem", "out") or name == "detach_":
             target = kwargs["out"] if k == "out" else (args[0] if args else None)
             self._check_write(name, target)
+            base = self._data_base(target)
+            if base is not None and any(self._carries(a) for a in masks.tensors((args, kwargs))
+                                        if a is not target):
+                raise TraceRefused(f"{name} writes a value that carries gradient through "
+                                   ".data or .detach() of a tensor (eager keeps that gradient "
+                                   "in the alias alone; a functionalized graph cannot)")
         out = func(*args, **kwargs)
+        if name in _FROM_DATA and isinstance(out, torch.Tensor) and not out.requires_grad:
+            # torch.tensor(data) / new_tensor(data) is detach(lift_fresh(data)): functionalization
+            # takes it for a view of the lifted data, and after a write into it regenerates it as
+            # detach(written value), dropping the write's gradient. Eager makes a fresh leaf: so
+            # does a clone (the same values, no view).
+            out = out.clone()
         grad = torch.is_grad_enabled()
         inputs = masks.tensors((args, kwargs))
         for o in masks.tensors(out):
             self.made.add(o)
+            self._alias(name, o, inputs)
+            if name in _FRESH:
+                continue  # takes only a shape, dtype or device of its input: no gradient
             if name in ("detach", "detach_") or not grad:
                 if any(self._carries(a) for a in inputs) and o not in self.tracked:
                     self.detached.add(o)
@@ -102,12 +136,30 @@ class Audit(TorchFunctionMode):
                 self.detached.add(o)
         return out
 
+    def _alias(self, name: str, o: torch.Tensor, inputs: list) -> None:
+        """Record ``o`` if it is ``detach()`` of a tensor, or a view of such an alias."""
+        if name == "detach" and inputs:
+            self.data_of[id(o)] = (weakref.ref(o), weakref.ref(inputs[0]))
+            return
+        for a in inputs:
+            base = self._data_base(a)
+            if base is not None and _is_view_of_any(o, [a]):
+                self.data_of[id(o)] = (weakref.ref(o), weakref.ref(base))
+
+    def _data_base(self, t: Any) -> Any:
+        """The tensor whose ``.data`` ``t`` is (or a view of), else None."""
+        refs = self.data_of.get(id(t))
+        return refs[1]() if refs is not None and refs[0]() is t else None
+
     def _check_write(self, name: str, target: Any) -> None:
         if not isinstance(target, torch.Tensor):
             return
-        if name == "detach_" and self._carries(target):
-            raise TraceRefused("detach_() of a tensor that carries gradient")
-        if target in self.detached:
+        if name == "detach_":  # of one that carries gradient, or not: functionalization
+            # follows detach_ as a view op and loses the gradient of what is written after
+            raise TraceRefused("detach_() of a tensor that carries gradient" if self._carries(
+                target) else "detach_(), which functionalization follows as a view op")
+        base = self._data_base(target)
+        if target in self.detached or (base is not None and self._carries(base)):
             raise TraceRefused(f"{name} writes through .data or .detach() of a tensor that "
                                "carries gradient")
         if not torch.is_grad_enabled() and self._carries(target):

@@ -34,7 +34,10 @@ of it, eager autograd), or one error naming the cause. How:
   every call (under vmap, under the in-place mode of :mod:`funcbwd.inplace`, whose plans are
   replayed on later calls), with a one-time :class:`FunctionalizeFallbackWarning` naming why.
   Boolean masks (``x[mask]``, ``t[mask] = v``) are traced again with every mask as ``where``,
-  kept only if that graph matches ``f`` as written on seeded inputs.
+  kept only if that graph matches ``f`` as written on seeded inputs. A graph that detached what
+  ran under ``no_grad`` runs as written where forward-mode AD is active (jvp, jacfwd, hessian:
+  forward AD ignores ``no_grad``). Where ``f`` as written fails too (vmap's ``.item()``), torch's
+  error gets a note naming what ran and the user's ``file:line``; the random state is put back.
 * **Nested and concurrent**: a decorated function called while another is being traced runs as
   written inside that trace; keys are built under a lock of their own (threads tracing one key
   share it; nothing else waits).
@@ -57,8 +60,10 @@ import torch
 from funcbwd import guards, internals, scope
 from funcbwd.audit import Audit
 from funcbwd.cache import DEFAULT_MAXSIZE, LRU
-from funcbwd.errors import BadInputError, FuncbwdError, first_line
+from funcbwd.errors import (BadInputError, FuncbwdError, LoopInstead, NeedsMode, first_line,
+                            user_frame)
 from funcbwd.fx.formula_graphs import FormulaGraph, build, flatten_args, positional_key
+from funcbwd.journal import Journal
 from funcbwd.internals import dynamo
 
 __all__ = ["functionalized", "FunctionalizeFallbackWarning", "Untraceable", "entries", "CALLED",
@@ -78,9 +83,7 @@ class Untraceable(tuple):
     def __new__(cls, reason: str) -> "Untraceable":
         return super().__new__(cls, (reason,))
 
-    @property
-    def reason(self) -> str:
-        return self[0]
+    reason = property(lambda self: self[0])
 
 
 Observer = Callable[[str, Any], None]
@@ -154,6 +157,10 @@ class Functionalizer:
         if not _runnable_here(entry):
             return self.as_written(formula, args, Untraceable(
                 "its graph has random ops and vmap's randomness='same' is active"), key)
+        if entry.no_grad and internals.forward_ad_active():
+            return self.as_written(formula, args, Untraceable(
+                "it computes under no_grad, which forward-mode AD (jvp, jacfwd, hessian) ignores "
+                "and its graph's detach would not"), key)
         return entry.run(args + captured)
 
     def _build(self, formula: Callable[..., Any], args: tuple) -> Any:
@@ -165,8 +172,16 @@ class Functionalizer:
         entry: Any = None
         with scope.entered(tracing=scope.current().tracing | {id(self)}):
             try:
-                entry = build(formula, args, name=self.name, optimize=True, fake=True,
-                              capture=True, grad_mode=torch.is_grad_enabled(), audit=Audit)
+                pre = guards.reachable(self.fn, args)
+                try:
+                    entry = build(formula, args, name=self.name, optimize=True, fake=True,
+                                  capture=True, grad_mode=torch.is_grad_enabled(), audit=Audit)
+                finally:  # the trace's tensors are not left in the caller's objects
+                    stored = guards.trace_tensors_stored(self.fn, args)
+                    for path in stored:
+                        guards.put(self.fn, args, path, pre.get(path, guards.GONE))
+                if stored:
+                    raise guards.StoresTensor(stored[0])
                 entry.paths = self.env(args).locate(entry.captured_tensors)
             except Exception as e:  # noqa: BLE001 - any trace failure: run as written
                 if dynamo.is_dynamo_error(e):
@@ -201,8 +216,37 @@ class Functionalizer:
         from funcbwd.masks import tensors
 
         samples = scope.samples_now(tensors(args))
-        with scope.entered(samples=samples), functions_converted():
-            return run_as_written((self, key), lambda: formula(*args), args)
+        rng = internals.rng_states()
+        pre, outer, journal = guards.reachable(self.fn, args), scope.current().journal, Journal()
+        try:  # the call's writes into the caller's tensors land in ``journal`` until checked
+            with scope.entered(samples=samples, journal=journal), functions_converted():
+                out = run_as_written((self, key), lambda: formula(*args), args)
+            if internals.vmap_active():
+                self._check_stored(args, pre)
+            journal.commit() if outer is None else outer.absorb(journal)
+            return out
+        except Exception as e:
+            journal.restore()
+            internals.set_rng_states(rng)  # a refused call draws nothing
+            guards.put_back(self.fn, args, pre)  # nor stores anything
+            if not isinstance(e, (FuncbwdError, LoopInstead, NeedsMode)):  # torch's own error:
+                # say what ran, and where
+                e.add_note(f"funcbwd.functionalized({self.name}) ran it as written under this "
+                           f"transform (not traced: {why.reason}), as it is and under the "
+                           f"in-place mode; it raised at {user_frame(e, self.fn)}")
+            raise
+
+    def _check_stored(self, args: tuple, pre: dict) -> None:
+        """A tensor stored under vmap where the caller can reach it is batched: once the call
+        returns it escapes, not the per-sample loop's last value. Refused (the caller's error
+        handler puts every store back)."""
+        for path, t in guards.changed(self.fn, args, pre).items():
+            if isinstance(t, torch.Tensor) and internals.vmap_levels(t):
+                raise FuncbwdError(
+                    f"funcbwd.functionalized({self.name}) ({user_frame(None, self.fn)}) stores a "
+                    f"tensor it computes under vmap at {guards.path_text(path)}: a batched tensor "
+                    "of a finished transform, not a per-sample loop's last value. Nothing was "
+                    "stored: return it, or store it outside the transform")
 
     def _refusal(self, why: str) -> str:
         return (f"funcbwd.functionalized({self.name}) cannot trace under torch.compile ({why}); "
@@ -303,7 +347,6 @@ def entries(wrapper: Callable[..., Any]) -> list[FormulaGraph]:
 
 
 # ------------------------------------------------------------------------------ Function classes
-# ``@funcbwd.functionalized`` on a ``torch.autograd.Function`` subclass.
 # ``@funcbwd.functionalized`` on a ``torch.autograd.Function`` subclass.
 #
 # functorch#207: a custom Function whose backward writes into a fresh tensor in place

@@ -23,12 +23,15 @@ def with_dense_masks(formula: Callable[..., Any], args: tuple, name: str, untrac
     """The checked graph of ``formula`` with masks as ``where``, or ``untraceable`` with both
     reasons (its type keeps the caller's)."""
     def dense(*a: Any) -> Any:
-        with InplaceMode(dense_masks=True):
+        # the audit inside the mask rules' mode: that mode runs torch's C functions with torch
+        # functions disabled, so an audit outside it would see none of the formula's reads
+        # (``requires_grad``) and writes (under no_grad, through ``.data``)
+        with InplaceMode(dense_masks=True), Audit(a):
             return formula(*a)
 
     try:
         entry = build(dense, args, name=f"{name} (masks as where)", optimize=True, fake=True,
-                      capture=True, grad_mode=torch.is_grad_enabled(), audit=Audit)
+                      capture=True, grad_mode=torch.is_grad_enabled())
         why = differs_as_written(entry, formula, args)
     except Exception as e:  # noqa: BLE001 - still untraceable (a selection reached a reduction)
         why = f"{type(e).__name__}: {first_line(str(e), 120)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import textwrap
 import traceback
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 
 class FuncbwdError(ValueError):
@@ -196,3 +196,15 @@ def user_line() -> str:
         if "/torch/" not in frame.filename and "/funcbwd/" not in frame.filename:
             return f"{frame.filename}:{frame.lineno}"
     return "?"
+
+
+def user_frame(e: BaseException | None, fn: Any) -> str:
+    """``file:line`` of the innermost frame of the user's code in ``e``'s traceback (not torch's,
+    not funcbwd's); where it has none (or no ``e``), where ``fn`` is defined."""
+    import inspect
+
+    for frame in reversed(traceback.extract_tb(e.__traceback__) if e is not None else []):
+        if "/torch/" not in frame.filename and "/funcbwd/" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno}"
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "?"

@@ -210,3 +210,68 @@ class _Walker:
         names, consts = code_names(fn)
         self.names |= names
         self.consts |= consts
+
+
+# ------------------------------------------------------------------------------ stores
+# A traced call that stores a tensor it computes where the caller can reach it
+# (``cache["last"] = y``): the decorator finds it after the trace and puts the old object back.
+
+class StoresTensor(Exception):
+    """The traced call stored a tensor it computes at ``path``."""
+
+    def __init__(self, path: tuple) -> None:
+        super().__init__(f"it stores a tensor it computes at {path_text(path)} (a Python "
+                         "object of the caller's, which a graph cannot write)")
+        self.path = path
+
+
+def path_text(path: tuple) -> str:
+    return "".join(f"[{key!r}]" if kind == "item" else f".{key}" if kind == "attr" else
+                   str(key) if kind == "global" else f"<{kind} {key}>" for kind, key in path)
+
+
+GONE = object()  # a path that held nothing before the call
+
+
+def put(fn: Any, args: tuple, path: tuple, value: Any) -> None:
+    """Put ``value`` back at ``path`` (an item, attribute or global; ``GONE``: remove it)."""
+    kind, key = path[-1]
+    parent = resolve(fn, args, path[:-1]) if len(path) > 1 else None
+    if kind == "global":
+        space = (parent if parent is not None else fn).__globals__
+        space.pop(key, None) if value is GONE else space.__setitem__(key, value)
+    elif kind == "item":
+        parent.pop(key, None) if value is GONE else parent.__setitem__(key, value)
+    elif kind == "attr":
+        delattr(parent, key) if value is GONE else setattr(parent, key, value)
+
+
+def reachable(fn: Any, args: tuple) -> dict:
+    """Every tensor ``fn`` can reach now, by path."""
+    env = environment(fn, args)
+    return {p: resolve(fn, args, p) for paths in env.tensors.values() for p in paths}
+
+
+def trace_tensors_stored(fn: Any, args: tuple) -> list:
+    """The paths of tensors of the trace (fake, functional, or wrapped at a level) the traced
+    call stored where ``fn`` can reach them (``cache["last"] = y``)."""
+    from funcbwd import internals
+    from funcbwd.fx.tracer import is_fake
+
+    out = []
+    for path, t in reachable(fn, args).items():
+        if isinstance(t, torch.Tensor) and (is_fake(t) or internals.is_functional(t)
+                                            or internals.dense(t) is not t):
+            out.append(path)
+    return out
+
+
+def changed(fn: Any, args: tuple, pre: dict) -> dict:
+    """The reachable tensors now at a path that held another object (or none) in ``pre``."""
+    return {p: t for p, t in reachable(fn, args).items() if pre.get(p, GONE) is not t}
+
+
+def put_back(fn: Any, args: tuple, pre: dict) -> None:
+    """Every reachable path back to what it held in ``pre`` (:func:`reachable`)."""
+    for path in changed(fn, args, pre):
+        put(fn, args, path, pre.get(path, GONE))

@@ -45,7 +45,7 @@ from funcbwd.errors import first_line
 from funcbwd.fx import codegen, elide, passes, tracer
 from funcbwd.fx.mask_write import rewrite_mask_writes
 from funcbwd.fx.select_scatter import rewrite_select_scatter
-from funcbwd.fx.slice_bounds import clamp_slice_ends
+from funcbwd.fx.slice_bounds import clamp_slice_ends, detach_random_fills
 from funcbwd.fx.tracer import DataDependentError, blank  # noqa: F401 - re-exported
 
 #: (shape, strides, dtype, device) of one tensor arg
@@ -295,6 +295,8 @@ class FormulaGraph:
     paths: Any = ()
     #: the graph draws random numbers (vmap's ``randomness="same"`` refuses it on batched inputs)
     random: bool = False
+    #: the trace detached what ran under no_grad (forward-mode AD would not: see the decorator)
+    no_grad: bool = False
 
     @property
     def refusal(self) -> str | None:
@@ -365,45 +367,55 @@ def build(formula: Callable[..., Any], args: Sequence[Any], *, name: str = "form
 def _build(formula: Callable[..., Any], args: tuple, name: str, check: bool, optimize: bool,
            trace: dict) -> FormulaGraph:
     functionalized = trace_formula(formula, args, **trace)
-    captured = tuple(getattr(functionalized, "captured", ()))
-    functionalized.captured = ()  # not copied with the graph, not kept by the cache
-    tensors = flatten_args(args).tensors + captured
-    clamp_slice_ends(functionalized)  # same values; torch's batched slice_scatter needs it
-    elided = copy.deepcopy(functionalized)
-    report = elide.elide_copies(elided)  # first: it sees select_scatter's src as read for values
-    masks = rewrite_mask_writes(elided)  # t[mask] = v as where: checked with the elision
-    rewrites = 0
-    if elide.count_targets(functionalized, (torch.ops.aten.select_scatter.default,)):
-        traced = functionalized
-        functionalized = copy.deepcopy(traced)
-        rewrites = rewrite_select_scatter(functionalized)
-        same = check_elision(traced, functionalized, tensors)
-        if not same.ok:
-            raise RuntimeError(f"select_scatter rewritten as slice_scatter differs from the trace: "
-                               f"{same.detail}")
-    if not report.count and not masks:
-        result = ElisionCheck(True, "nothing elided")
-    elif not check:
-        result = ElisionCheck(True, "not checked")
-    else:
-        result = check_elision(functionalized, elided, tensors)
-    pass_report = None
-    if optimize and check and result.ok:
-        elided, pass_report = passes.apply_checked(
-            elided, lambda gm: check_elision(functionalized, gm, tensors))
-    if rewrites:
-        rewrite_select_scatter(elided)  # after the passes, which rebuild writes into fresh zeros
-    chosen = elided if result.ok else functionalized
-    label = f"{name}{signature_text(args)}{'' if result.ok else ' un-elided'}"
-    run, bindings = _runner(chosen, args, [tensor_spec(t) for t in tensors], label, len(captured),
-                            trace.get("fake", False))
-    for gm in (functionalized, elided):
-        tracer.shed_values(gm)  # the trace's tensors: a cached graph keeps only their layouts
-    random = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
-                 and torch.Tag.nondeterministic_seeded in n.target.tags for n in chosen.graph.nodes)
-    return FormulaGraph(functionalized, elided, report, result, run, label, bindings, rewrites,
-                        masks, pass_report, captured=tuple(tensor_spec(t) for t in captured),
-                        captured_tensors=captured, random=random)
+    # the rest outside every transform: a tensor copied or made here (the graph's deepcopy clones
+    # its constants, a pass's index buffer) under a grad transform would be wrapped at that
+    # transform's level, dead once this call returns (torch's INTERNAL ASSERT
+    # ``level.has_value()`` on the cached graph's next call)
+    with internals.cleared_functorch_state():
+        captured = tuple(getattr(functionalized, "captured", ()))
+        functionalized.captured = ()  # not copied with the graph, not kept by the cache
+        tensors = flatten_args(args).tensors + captured
+        clamp_slice_ends(functionalized)  # same values; torch's batched slice_scatter needs it
+        detach_random_fills(functionalized)  # same values; torch lacks some of their derivatives
+        elided = copy.deepcopy(functionalized)
+        # first: it sees select_scatter's src as read for values
+        report = elide.elide_copies(elided)
+        masks = rewrite_mask_writes(elided)  # t[mask] = v as where: checked with the elision
+        rewrites = 0
+        if elide.count_targets(functionalized, (torch.ops.aten.select_scatter.default,)):
+            traced = functionalized
+            functionalized = copy.deepcopy(traced)
+            rewrites = rewrite_select_scatter(functionalized)
+            same = check_elision(traced, functionalized, tensors)
+            if not same.ok:
+                raise RuntimeError("select_scatter rewritten as slice_scatter differs from the "
+                                   f"trace: {same.detail}")
+        if not report.count and not masks:
+            result = ElisionCheck(True, "nothing elided")
+        elif not check:
+            result = ElisionCheck(True, "not checked")
+        else:
+            result = check_elision(functionalized, elided, tensors)
+        pass_report = None
+        if optimize and check and result.ok:
+            elided, pass_report = passes.apply_checked(
+                elided, lambda gm: check_elision(functionalized, gm, tensors))
+        if rewrites:
+            # after the passes, which rebuild writes into fresh zeros
+            rewrite_select_scatter(elided)
+        chosen = elided if result.ok else functionalized
+        label = f"{name}{signature_text(args)}{'' if result.ok else ' un-elided'}"
+        run, bindings = _runner(chosen, args, [tensor_spec(t) for t in tensors], label,
+                                len(captured), trace.get("fake", False))
+        for gm in (functionalized, elided):
+            tracer.shed_values(gm)  # the trace's tensors: a cached graph keeps only their layouts
+        no_grad = any(n.meta.get("no_grad") for n in functionalized.graph.nodes)
+        random = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                     and torch.Tag.nondeterministic_seeded in n.target.tags
+                     for n in chosen.graph.nodes)
+        return FormulaGraph(functionalized, elided, report, result, run, label, bindings, rewrites,
+                            masks, pass_report, captured=tuple(tensor_spec(t) for t in captured),
+                            captured_tensors=captured, random=random, no_grad=no_grad)
 
 
 def signature_text(args: Sequence[Any], limit: int = 80) -> str:

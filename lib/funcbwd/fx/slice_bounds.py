@@ -6,6 +6,9 @@ with a step above 1 ("invalid size, possible overflow?"; with step 1: "IntArrayR
 that cannot be represented as a SymInt"), also for plain ``vmap(functionalize(f))``: functorch#105's
 slice assignments hit it. Slicing clamps ``end`` to the size anyway, so replacing an end past the
 size by the size (known per signature from the input's metadata) computes the same thing.
+
+Also here, the other rewrite of the trace that keeps its values: a random fill's input detached
+(:func:`detach_random_fills`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,33 @@ def clamp_slice_ends(gm: torch.fx.GraphModule) -> int:
             args[end_at + 1] = 1
         node.args = tuple(args)
         count += 1
+    if count:
+        gm.recompile()
+    return count
+
+
+#: random fills (functionalized ``t.bernoulli_(p)``, ``t.normal_()``, ...): the output takes only
+#: its input's shape, and torch has no derivative for some of them (aten::bernoulli.p,
+#: aten::normal_functional) where the in-place op's is zero
+_aten = torch.ops.aten
+RANDOM_FILLS = frozenset({
+    _aten.bernoulli.p, _aten.normal_functional.default, _aten.uniform.default,
+    _aten.exponential.default, _aten.geometric.default, _aten.log_normal.default,
+    _aten.cauchy.default, _aten.random.default, getattr(_aten.random, "from"), _aten.random.to})
+
+
+def detach_random_fills(gm: torch.fx.GraphModule) -> int:
+    """Feed every random fill a detached input (same values; no gradient to ask torch for)."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target in RANDOM_FILLS and node.args and \
+                isinstance(node.args[0], torch.fx.Node):
+            with gm.graph.inserting_before(node):
+                detached = gm.graph.call_function(_aten.detach.default, (node.args[0],))
+            if "val" in node.args[0].meta:
+                detached.meta["val"] = node.args[0].meta["val"]
+            node.args = (detached,) + tuple(node.args[1:])
+            count += 1
     if count:
         gm.recompile()
     return count

@@ -63,6 +63,11 @@ def _fake_mode():
     return FakeTensorMode(allow_non_fake_inputs=True)
 
 
+def is_fake(t: torch.Tensor) -> bool:
+    """``t`` is a tensor of a trace (a fake tensor)."""
+    return _is_fake(t)
+
+
 def _is_fake(t: torch.Tensor) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
@@ -241,7 +246,7 @@ class Recorder(TorchDispatchMode):
     def _detached(self, out: Any, node: torch.fx.Node) -> Any:
         """The outputs of an op run with grad disabled, each through a ``detach`` node."""
         if isinstance(out, torch.Tensor):
-            self.track(out, self.graph.call_function(aten.detach.default, (node,)))
+            self.track(out, self._no_grad_detach(node))
             return out
         node.meta["val"] = pytree.tree_map(
             lambda o: o.detach() if isinstance(o, torch.Tensor) else o, out)
@@ -249,7 +254,14 @@ class Recorder(TorchDispatchMode):
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
                     item = self.graph.call_function(operator.getitem, (node, i))
-                    self.track(o, self.graph.call_function(aten.detach.default, (item,)))
+                    self.track(o, self._no_grad_detach(item))
+        return out
+
+    def _no_grad_detach(self, node: torch.fx.Node) -> torch.fx.Node:
+        """``detach(node)`` standing for no_grad (``meta["no_grad"]``): reverse mode's answer;
+        forward mode ignores no_grad, which the graph cannot (see :mod:`funcbwd.decorator`)."""
+        out = self.graph.call_function(aten.detach.default, (node,))
+        out.meta["no_grad"] = True
         return out
 
 

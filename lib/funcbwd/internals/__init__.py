@@ -388,6 +388,7 @@ from funcbwd.internals.levels import (  # noqa: E402,F401
     dense,
     dense_alias_of,
     is_view,
+    forward_ad_active,
     function_apply_replaced,
     function_defines_jvp,
     function_has_vmap_support,

@@ -16,6 +16,14 @@ _VMAP = int(_F.TransformType.Vmap)
 _FUNCTIONALIZE = int(_F.TransformType.Functionalize)
 
 
+def forward_ad_active() -> bool:
+    """True when a jvp level (jvp, jacfwd, hessian's outer transform) is on the functorch stack."""
+    if not _F.get_dynamic_layer_stack_depth():
+        return False
+    jvp = int(_F.TransformType.Jvp)
+    return any(int(i.key()) == jvp for i in (_F.get_interpreter_stack() or []))
+
+
 def _levels(t: torch.Tensor) -> Iterator[tuple[torch.Tensor, str]]:
     """(tensor, kind: Functional/Batched/GradTracking/Dense) down ``t``'s wrappers, outermost first."""
     cur = t
@@ -156,33 +164,109 @@ def transforms_routed(make_vmap, make_grad) -> Iterator[None]:
     inside jacfwd/hessian: ``apis.vmap_impl``) through ``make_vmap(original)``, and the grad
     transforms' implementations (``grad``/``grad_and_value``: ``grad_and_value_impl``; ``vjp``,
     ``jacrev``: ``_vjp_with_argnums``; ``jvp``, ``jacfwd``: ``_jvp_with_argnums``) through
-    ``make_grad(original, name)``: each takes the transformed function first."""
+    ``make_grad(original, name)``: each takes the transformed function first. The routing is the
+    calling context's alone (:class:`_Route`): another thread's calls are not routed."""
     import torch._functorch.eager_transforms as et
 
     names = ("grad_and_value_impl", "_vjp_with_argnums", "_jvp_with_argnums")
-    originals = {n: getattr(et, n) for n in names}
-    with vmap_impl_replaced(make_vmap):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(vmap_impl_replaced(make_vmap))
         for n in names:
-            setattr(et, n, make_grad(originals[n], n))
+            stack.enter_context(_route(et, n).replaced(lambda original, n=n: make_grad(original, n)))
+        yield
+
+
+class _Route:
+    """One attribute of torch (``owner.name``) routed per context: while any context routes it,
+    the attribute is a dispatcher that calls the current context's replacement (a ContextVar), or
+    torch's own where the context has none; the attribute is torch's own again when the last
+    routing block ends. A global swap per block would leak when two threads' blocks interleave
+    (the second saves the first's replacement as "the original" and puts it back at its end)."""
+
+    def __init__(self, owner: object, name: str, wrap=None) -> None:
+        import contextvars
+        import threading
+
+        self.owner, self.name = owner, name
+        self.wrap = wrap or (lambda f: f)
+        self.current: contextvars.ContextVar = contextvars.ContextVar(f"funcbwd_{name}",
+                                                                      default=None)
+        self.lock, self.users, self.own, self.base = threading.Lock(), 0, None, None
+
+    def _install(self) -> None:
+        with self.lock:
+            if self.users == 0:
+                self.own, self.base = self.owner.__dict__[self.name], self.torch_own()
+                current, base = self.current, self.base
+
+                def dispatch(*args, **kwargs):
+                    impl = current.get()
+                    return (impl if impl is not None else base)(*args, **kwargs)
+
+                setattr(self.owner, self.name, self.wrap(dispatch))
+            self.users += 1
+
+    def _uninstall(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if self.users == 0:
+                setattr(self.owner, self.name, self.own)
+                self.own = None
+
+    def torch_own(self):
+        """torch's own callable (what runs where no context routes it)."""
+        return self.owner.__dict__[self.name]
+
+    @contextlib.contextmanager
+    def replaced(self, make) -> Iterator[None]:
+        self._install()
         try:
-            yield
+            outer = self.current.get()
+            token = self.current.set(make(outer if outer is not None else self.base))
+            try:
+                yield
+            finally:
+                self.current.reset(token)
         finally:
-            for n in names:
-                setattr(et, n, originals[n])
+            self._uninstall()
+
+
+class _ApplyRoute(_Route):
+    """``torch.autograd.Function.apply``: a classmethod (up to torch 2.13) or a C++
+    ``classmethod_descriptor`` (2.14 on); ``__get__`` binds either to the class."""
+
+    def __init__(self) -> None:
+        super().__init__(torch.autograd.Function, "apply", wrap=classmethod)
+
+    def torch_own(self):
+        descriptor = self.owner.__dict__[self.name]
+
+        def original(cls: type, *args, **kwargs):
+            return descriptor.__get__(None, cls)(*args, **kwargs)
+
+        return original
+
+
+_ROUTES: dict = {}
+
+
+def _route(owner: object, name: str) -> _Route:
+    key = (id(owner), name)
+    if key not in _ROUTES:
+        _ROUTES.setdefault(key, _ApplyRoute() if owner is torch.autograd.Function
+                           and name == "apply" else _Route(owner, name))
+    return _ROUTES[key]
 
 
 @contextlib.contextmanager
 def vmap_impl_replaced(make) -> Iterator[None]:
     """Route every ``torch.func.vmap`` call (``jacfwd``/``hessian``'s inner vmaps too) through
-    ``make(original_vmap_impl)`` while the block runs (torch._functorch.apis.vmap_impl)."""
+    ``make(original_vmap_impl)`` while the block runs (torch._functorch.apis.vmap_impl), in this
+    context only (:class:`_Route`)."""
     import torch._functorch.apis as apis
 
-    original = apis.vmap_impl
-    apis.vmap_impl = make(original)
-    try:
+    with _route(apis, "vmap_impl").replaced(make):
         yield
-    finally:
-        apis.vmap_impl = original
 
 
 def torch_transform_internal(func) -> bool:
@@ -217,21 +301,11 @@ def function_is_old_style(cls: type) -> bool:
 
 @contextlib.contextmanager
 def function_apply_replaced(make) -> Iterator[None]:
-    """``torch.autograd.Function.apply`` as ``make(original)`` while the block runs, where
-    ``original(cls, *args, **kwargs)`` is torch's ``apply`` for ``cls``: a Python classmethod up
-    to torch 2.13, a C++ ``classmethod_descriptor`` (no ``__func__``) from 2.14 on; ``__get__``
-    binds either to ``cls``."""
-    fn = torch.autograd.Function
-    descriptor = fn.__dict__["apply"]
-
-    def original(cls: type, *args, **kwargs):
-        return descriptor.__get__(None, cls)(*args, **kwargs)
-
-    fn.apply = classmethod(make(original))
-    try:
+    """``torch.autograd.Function.apply`` as ``make(original)`` while the block runs, in this
+    context only (:class:`_Route`), where ``original(cls, *args, **kwargs)`` is torch's ``apply``
+    for ``cls`` (or the enclosing block's replacement)."""
+    with _route(torch.autograd.Function, "apply").replaced(make):
         yield
-    finally:
-        fn.apply = descriptor
 
 
 def leaves(tree) -> list:
