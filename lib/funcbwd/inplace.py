@@ -60,7 +60,7 @@ from funcbwd.errors import (InplaceModeError, LoopInstead, NeedsMode, StateWrite
 from funcbwd.journal import Journal
 from funcbwd.replay import Plan
 
-__all__ = ["InplaceMode", "user_line"]
+__all__ = ["InplaceMode", "user_line", "outputs_refreshed"]
 
 
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
@@ -369,3 +369,19 @@ class InplaceMode(TorchFunctionMode):
             if node is not None and node.stale:
                 self._refresh(node)
 
+
+
+def outputs_refreshed(f: Any) -> Any:
+    """``f`` whose returned views of a promoted tensor are re-derived before they leave it: a view
+    the function returns without using it again after its base was promoted would otherwise leave
+    as it was before the write (the mode re-derives a view only when an op next uses it)."""
+    @functools.wraps(f)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        out = f(*args, **kwargs)
+        mode = scope.current().mode
+        if isinstance(mode, InplaceMode) and mode.stale:
+            with _NO_TORCH_FUNCTION():
+                mode.refresh_args((out,), {})
+        return out
+
+    return run

@@ -39,7 +39,7 @@ from funcbwd.cache import LRU
 from funcbwd.errors import (FuncbwdError, LoopInstead, NeedsMode, StateWriteError, first_line,
                             fixable)
 from funcbwd.functions import functions_converted, rebound
-from funcbwd.inplace import InplaceMode
+from funcbwd.inplace import InplaceMode, outputs_refreshed
 from funcbwd.journal import Journal, rng_states, set_rng_states
 from funcbwd.replay import Plan, Replay
 
@@ -167,7 +167,7 @@ def call(func: Any, c: "Call | TransformCall") -> Any:
     lands it, gives it back or restores it with its own."""
     s = scope.current()
     if s.retrying:
-        return c.run(func)
+        return c.run(outputs_refreshed(func) if s.mode is not None else func)
     key = (identity(func), _signature(c), s.state_writes)
     rng = rng_states()
     journal = Journal()
@@ -352,14 +352,14 @@ def _mode_stage(func: Any, c: Call, journal: Journal) -> Any:
     with functions_converted():
         mode = InplaceMode(journal=journal)
         with mode:
-            out = c.run(rebound(func))
+            out = c.run(outputs_refreshed(rebound(func)))
     c.plan = mode.plan()
     return out
 
 
 def _on_copy_stage(func: Any, c: Call, journal: Journal) -> Any:
     with functions_converted(), InplaceMode(on_copy=True, journal=journal):
-        return c.run(rebound(func))
+        return c.run(outputs_refreshed(rebound(func)))
 
 
 def _functionalized_stage(func: Any, c: Call, journal: Journal) -> Any:
