@@ -33,3 +33,45 @@ def test_a_returned_view_of_a_promoted_tensor_has_the_write(transform, entry):
         pytest.skip("no vmap to replace")
     r = harness.check(view_returned_after_its_base_is_promoted, _calls(), transform, entry)
     assert r.ok, r
+
+
+def _writes_in_place(x):
+    y = torch.zeros(4)
+    y.add_(x)
+    return y
+
+
+def test_two_threads_interleaving_allow_inplace_leave_torch_as_it_was():
+    """A enters, B enters, A leaves, B leaves: torch's transforms are torch's again (a
+    save-and-restore per block left A's routing installed for good: every later block wrapped
+    it once more, RecursionError under hessian, a hang), and B's block kept its routing after A
+    left."""
+    import threading
+
+    import funcbwd
+
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    got = {}
+
+    def a():
+        with funcbwd.allow_inplace():
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    def b():
+        a_in.wait(10)
+        with funcbwd.allow_inplace():
+            b_in.set()
+            a_out.wait(10)
+            got["b"] = torch.func.vmap(_writes_in_place)(torch.ones(B, 4))
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert torch.equal(got["b"], torch.ones(B, 4))
+    with pytest.raises(RuntimeError, match="broadcast shape"):
+        torch.func.vmap(_writes_in_place)(torch.ones(B, 4))  # torch's own vmap again
+

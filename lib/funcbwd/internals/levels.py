@@ -6,7 +6,9 @@ contents in place, and the two entry points the mode routes through (``vmap_impl
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import contextvars
+import threading
+from typing import Any, Iterator
 
 import torch
 
@@ -156,33 +158,72 @@ def transforms_routed(make_vmap, make_grad) -> Iterator[None]:
     inside jacfwd/hessian: ``apis.vmap_impl``) through ``make_vmap(original)``, and the grad
     transforms' implementations (``grad``/``grad_and_value``: ``grad_and_value_impl``; ``vjp``,
     ``jacrev``: ``_vjp_with_argnums``; ``jvp``, ``jacfwd``: ``_jvp_with_argnums``) through
-    ``make_grad(original, name)``: each takes the transformed function first."""
+    ``make_grad(original, name)``: each takes the transformed function first. In this context
+    only (:func:`_routed`): another thread's calls run as torch's."""
     import torch._functorch.eager_transforms as et
 
-    names = ("grad_and_value_impl", "_vjp_with_argnums", "_jvp_with_argnums")
-    originals = {n: getattr(et, n) for n in names}
-    with vmap_impl_replaced(make_vmap):
-        for n in names:
-            setattr(et, n, make_grad(originals[n], n))
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(vmap_impl_replaced(make_vmap))
+        for n in ("grad_and_value_impl", "_vjp_with_argnums", "_jvp_with_argnums"):
+            stack.enter_context(_routed(et, n, lambda original, n=n: make_grad(original, n)))
+        yield
+
+
+#: (id(owner), name) -> the implementation routed to in this context (:func:`_routed`)
+_ROUTES: contextvars.ContextVar[dict] = contextvars.ContextVar("funcbwd_routes", default={})
+#: (id(owner), name) -> [blocks routing it now, torch's attribute, torch's implementation]
+_INSTALLED: dict[tuple, list] = {}
+_INSTALL_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _routed(owner: Any, name: str, make, original=None, wrap=None) -> Iterator[None]:
+    """``owner.name`` routed to ``make(previous)`` while the block runs, in this context only:
+    the attribute is replaced once, process-wide, by a router that looks the implementation up
+    in a ``ContextVar`` (torch's own where none is set), and put back when the last block using
+    it ends. Blocks in two threads at once never see each other's routing, and however they
+    interleave the attribute ends as torch's (a save-and-restore per block would leave one
+    thread's routing installed for good). ``previous``: the enclosing block's implementation in
+    this context, else torch's (``original(attribute)``: the attribute as a callable, itself by
+    default); ``wrap(router)``: what is installed (the router itself by default)."""
+    key = (id(owner), name)
+    with _INSTALL_LOCK:
+        entry = _INSTALLED.get(key)
+        if entry is None:
+            saved = owner.__dict__[name]
+            base = original(saved) if original is not None else saved
+
+            def route(*args, _key=key, _base=base, **kwargs):
+                impl = _ROUTES.get().get(_key)
+                return (_base if impl is None else impl)(*args, **kwargs)
+
+            setattr(owner, name, wrap(route) if wrap is not None else route)
+            entry = _INSTALLED[key] = [0, saved, base]
+        entry[0] += 1
+    try:
+        routes = _ROUTES.get()
+        token = _ROUTES.set({**routes, key: make(routes.get(key, entry[2]))})
         try:
             yield
         finally:
-            for n in names:
-                setattr(et, n, originals[n])
+            _ROUTES.reset(token)
+    finally:
+        with _INSTALL_LOCK:
+            entry[0] -= 1
+            if entry[0] == 0:
+                setattr(owner, name, entry[1])
+                del _INSTALLED[key]
 
 
 @contextlib.contextmanager
 def vmap_impl_replaced(make) -> Iterator[None]:
     """Route every ``torch.func.vmap`` call (``jacfwd``/``hessian``'s inner vmaps too) through
-    ``make(original_vmap_impl)`` while the block runs (torch._functorch.apis.vmap_impl)."""
+    ``make(original_vmap_impl)`` while the block runs (torch._functorch.apis.vmap_impl), in this
+    context only (:func:`_routed`)."""
     import torch._functorch.apis as apis
 
-    original = apis.vmap_impl
-    apis.vmap_impl = make(original)
-    try:
+    with _routed(apis, "vmap_impl", make):
         yield
-    finally:
-        apis.vmap_impl = original
 
 
 def torch_transform_internal(func) -> bool:
@@ -217,21 +258,17 @@ def function_is_old_style(cls: type) -> bool:
 
 @contextlib.contextmanager
 def function_apply_replaced(make) -> Iterator[None]:
-    """``torch.autograd.Function.apply`` as ``make(original)`` while the block runs, where
-    ``original(cls, *args, **kwargs)`` is torch's ``apply`` for ``cls``: a Python classmethod up
-    to torch 2.13, a C++ ``classmethod_descriptor`` (no ``__func__``) from 2.14 on; ``__get__``
-    binds either to ``cls``."""
-    fn = torch.autograd.Function
-    descriptor = fn.__dict__["apply"]
+    """``torch.autograd.Function.apply`` as ``make(original)`` while the block runs, in this
+    context only (:func:`_routed`), where ``original(cls, *args, **kwargs)`` is torch's ``apply``
+    for ``cls``: a Python classmethod up to torch 2.13, a C++ ``classmethod_descriptor`` (no
+    ``__func__``) from 2.14 on; ``__get__`` binds either to ``cls``."""
+    def original(descriptor):
+        def apply(cls: type, *args, **kwargs):
+            return descriptor.__get__(None, cls)(*args, **kwargs)
+        return apply
 
-    def original(cls: type, *args, **kwargs):
-        return descriptor.__get__(None, cls)(*args, **kwargs)
-
-    fn.apply = classmethod(make(original))
-    try:
+    with _routed(torch.autograd.Function, "apply", make, original=original, wrap=classmethod):
         yield
-    finally:
-        fn.apply = descriptor
 
 
 def leaves(tree) -> list:
