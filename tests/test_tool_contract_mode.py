@@ -75,3 +75,18 @@ def test_two_threads_interleaving_allow_inplace_leave_torch_as_it_was():
     with pytest.raises(RuntimeError, match="broadcast shape"):
         torch.func.vmap(_writes_in_place)(torch.ones(B, 4))  # torch's own vmap again
 
+
+def inference_mode_inside(x):
+    y = x.sin() * 1.0
+    with torch.inference_mode():
+        y.add_(x[0:2].sum())  # torch.func: "Cannot set version_counter for inference tensor"
+    return y
+
+
+@pytest.mark.parametrize("transform", ["vmap_grad", "vmap_vjp", "vmap_jacrev", "jacrev"])
+@pytest.mark.parametrize("entry", ["vmap", "allow_inplace"])
+def test_inference_mode_inside_a_grad_transform_is_refused_naming_the_line(transform, entry):
+    if not harness.applies(transform, entry):
+        pytest.skip("no vmap to replace")
+    r = harness.check(inference_mode_inside, _calls(), transform, entry)
+    assert r.verdict == "refused" and "inference_mode" in r.detail, r

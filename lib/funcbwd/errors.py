@@ -144,6 +144,12 @@ class StateWriteError(FuncbwdError):
     default ``state_writes="refuse"`` (see the module docstring). Nothing of the call is left."""
 
 
+class TransformRefusedError(FuncbwdError):
+    """Code torch.func cannot run as written under the transforms active at its line, where no
+    retry stage can help (e.g. ``torch.inference_mode()`` inside a grad transform): raised at
+    once, naming the line and what to write instead."""
+
+
 class LoopInstead(Exception):
     """A shared write under ``state_writes="loop"``: the call runs as the per-sample loop."""
 

@@ -56,7 +56,7 @@ from torch.overrides import TorchFunctionMode
 
 from funcbwd import internals, masks, rules, scope
 from funcbwd.errors import (InplaceModeError, LoopInstead, NeedsMode, StateWriteError,
-                            user_line)
+                            TransformRefusedError, user_line)
 from funcbwd.journal import Journal
 from funcbwd.replay import Plan
 
@@ -160,6 +160,18 @@ class InplaceMode(TorchFunctionMode):
         # off: an outer mode (an outer call's watch) never sees what this one does; an op written
         # in Python may run user code (autograd.grad runs a custom Function's backward,
         # ``custom_function_call`` its forward) and keeps it on
+        try:
+            return self._dispatch(func, name, k, args, kwargs)
+        except RuntimeError as e:
+            if torch.is_inference_mode_enabled() and internals.grad_levels():
+                raise TransformRefusedError(
+                    f"torch.inference_mode() inside a function under a grad transform (at "
+                    f"{user_line()}): torch.func cannot run {name or 'this op'} there (an "
+                    "inference tensor cannot join the transform's autograd); use torch.no_grad() "
+                    "instead, or leave inference_mode outside the transform") from e
+            raise
+
+    def _dispatch(self, func, name: str, k: str, args: tuple, kwargs: dict) -> Any:
         with _NO_TORCH_FUNCTION() if isinstance(func, _C_FUNCTIONS) else contextlib.nullcontext():
             if k == "ordinary" and not (self.stale or self.selections):
                 out = func(*args, **kwargs)  # the common case: an op that writes nothing
