@@ -90,3 +90,32 @@ def test_inference_mode_inside_a_grad_transform_is_refused_naming_the_line(trans
         pytest.skip("no vmap to replace")
     r = harness.check(inference_mode_inside, _calls(), transform, entry)
     assert r.verdict == "refused" and "inference_mode" in r.detail, r
+
+
+def detached_in_place(x):
+    t = x.new_empty(4).fill_(0.25)
+    v = t.view(2, 2)[1]
+    t.sub_(t + x.cos())
+    t.detach_()  # torch's vmap: "Can't detach views in-place" (its fallback slices the batch)
+    u = x * 2.0
+    u.detach_()
+    return t * x + v.repeat(2) + u
+
+
+def detaches_its_argument(x):
+    x.detach_()
+    return x * 2.0
+
+
+@pytest.mark.parametrize("transform", ["vmap", "vmap_vmap", "vmap_grad", "vmap_jacrev"])
+@pytest.mark.parametrize("entry", ["vmap", "allow_inplace"])
+def test_detach_in_place_of_a_fresh_batched_tensor(transform, entry):
+    r = harness.check(detached_in_place, _calls(), transform, entry)
+    assert r.verdict == "pass", r
+
+
+def test_detach_in_place_of_an_argument_is_refused_naming_the_line():
+    with pytest.raises(Exception) as e:
+        import funcbwd
+        funcbwd.vmap(detaches_its_argument)(torch.randn(B, 4))
+    assert "detach_" in str(e.value) and "test_tool_contract_mode.py:" in str(e.value)
