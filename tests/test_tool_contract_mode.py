@@ -119,3 +119,26 @@ def test_detach_in_place_of_an_argument_is_refused_naming_the_line():
         import funcbwd
         funcbwd.vmap(detaches_its_argument)(torch.randn(B, 4))
     assert "detach_" in str(e.value) and "test_tool_contract_mode.py:" in str(e.value)
+
+
+def written_then_sined(x):
+    t = x.new_tensor([1.0, 2.0, 3.0, 4.0])
+    t.sub_(x * 3.0)
+    t.sin_()
+    return t[:]
+
+
+def test_a_graph_is_never_kept_unchecked_inside_another_transform():
+    """vmap(jacrev(f)) in allow_inplace: jacrev's call (inside the vmap) needed the mode; on its
+    second call a traced graph of f was kept without comparing answers (wrapped tensors) and
+    the third and later calls were wrong. Four calls against the per-sample Jacobians."""
+    import funcbwd
+
+    g = torch.Generator().manual_seed(189)
+    for _ in range(4):
+        xs = torch.randn(B, 4, generator=g)
+        want = torch.stack([torch.autograd.functional.jacobian(written_then_sined, x)
+                            for x in xs])
+        with funcbwd.allow_inplace():
+            got = torch.func.vmap(torch.func.jacrev(written_then_sined))(xs)
+        torch.testing.assert_close(got, want)

@@ -141,7 +141,8 @@ class Way:
     """What worked: ``"plain"`` (torch's vmap; ``writes``: it saved caller tensors on its first
     call, so later calls run watched too) or a stage's name (and its plan, if it has one).
     ``graph``: a traced graph of the function (:func:`funcbwd.functionalized`) found on a later
-    call to give the same answer faster than the stage (:func:`_captured`); ``tried``: looked for."""
+    call to give the same answer faster than the stage (:func:`_captured`; only for a call outside
+    every transform, where the answers can be compared); ``tried``: looked for."""
 
     how: str
     plan: Plan | None = None
@@ -269,13 +270,17 @@ _CAPTURABLE = ("in-place mode", "writes on copies")
 def _captured(func: Any, c: Call, way: Way, want: Any, seconds: float) -> Way:
     """On the second call of a signature a stage ran: the function's traced graph
     (:func:`funcbwd.functionalized`, checked against the code as written by its own build), run
-    on the same arguments. Kept when it runs in at most 0.9x the stage's time (a warm run each)
-    and, where the call is outside every transform (its answer is plain tensors), gives this
-    call's answer (equal within the graph's reordering of float sums). What the graph's runs
+    on the same arguments. Only for a call outside every transform (its answer is plain
+    tensors); kept when it runs in at most 0.9x the stage's time (a warm run each) and gives
+    this call's answer (equal within the graph's reordering of float sums). What the graph's runs
     write of the caller's and draw from its generators is put back; a function that writes its
     own arguments keeps its stage (its answer may alias them: torchaudio's ``dcshift``)."""
     from funcbwd.decorator import functionalized
 
+    if internals.stack_depth():
+        # inside another transform the answers are wrapped tensors no check can compare: a graph
+        # kept unchecked there gave a wrong answer (vmap(jacrev(f)), f: new_tensor, sub_, sin_)
+        return dataclasses.replace(way, tried=True)
     graph = functionalized(rebound(func), warn=False)
     rng, journal = rng_states(), Journal()
     arguments = _Arguments((c.args, c.kwargs))
@@ -286,7 +291,7 @@ def _captured(func: Any, c: Call, way: Way, want: Any, seconds: float) -> Way:
             start = time.perf_counter()
             c.run(graph)
             graph_s = time.perf_counter() - start
-        same = internals.stack_depth() or _same_answer(want, got)
+        same = _same_answer(want, got)
     except Exception:  # noqa: BLE001 - no graph stands for it: keep the stage
         same = False
     finally:
