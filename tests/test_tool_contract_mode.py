@@ -142,3 +142,20 @@ def test_a_graph_is_never_kept_unchecked_inside_another_transform():
         with funcbwd.allow_inplace():
             got = torch.func.vmap(torch.func.jacrev(written_then_sined))(xs)
         torch.testing.assert_close(got, want)
+
+
+shared = torch.zeros(4)
+
+
+def draws_then_writes_shared_state(x):
+    t = torch.nn.functional.dropout(x * 2.0, 0.5, training=True)
+    shared.copy_(x)  # refused (state_writes="refuse"): every batch entry would share it
+    return t
+
+
+@pytest.mark.parametrize("transform", ["vmap", "vmap_grad", "vmap_vmap"])
+@pytest.mark.parametrize("entry", ["vmap", "allow_inplace"])
+def test_a_refused_call_leaves_the_random_state_as_it_was(transform, entry):
+    r = harness.check(draws_then_writes_shared_state, _calls(), transform, entry,
+                      state={"shared": shared}, randomness="same")
+    assert r.verdict == "refused", r

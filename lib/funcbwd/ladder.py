@@ -176,7 +176,7 @@ def call(func: Any, c: "Call | TransformCall") -> Any:
         try:
             out = _attempts(func, c, key, rng, journal)
         except BaseException:
-            journal.restore()
+            _start_over(rng, journal)  # the caller's tensors and random state as they were
             raise
     if s.journal is not None:
         s.journal.absorb(journal)
