@@ -159,3 +159,34 @@ def test_a_refused_call_leaves_the_random_state_as_it_was(transform, entry):
     r = harness.check(draws_then_writes_shared_state, _calls(), transform, entry,
                       state={"shared": shared}, randomness="same")
     assert r.verdict == "refused", r
+
+
+class Ring(torch.nn.Module):
+    """Keys written at a pointer read as an int (MoCo's queue): only a loop can run it."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("keys", torch.zeros(3, 4))
+        self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
+
+    def forward(self, v):
+        i = int(self.ptr)
+        self.keys[i] = v.detach()
+        self.ptr.fill_((i + 1) % 3)
+        return v + self.keys.mean(0)
+
+
+ring = Ring()
+
+
+def through_the_ring(x):
+    return ring(x.sin()) + ring(x * 2.0)
+
+
+@pytest.mark.parametrize("transform", ["jacfwd", "hessian", "jacrev"])
+def test_a_loop_over_basis_vectors_runs_each_from_the_same_state(transform):
+    """jacfwd's vmap over basis vectors, run as a loop, ran each basis vector from the state the
+    one before left (keys[2] written, the pointer advanced 4 times): they are one call."""
+    r = harness.check(through_the_ring, _calls(), transform, "allow_inplace",
+                      state={"ring": ring})
+    assert r.verdict in ("pass", "refused"), r

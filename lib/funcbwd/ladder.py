@@ -386,8 +386,11 @@ def _loop_stage(func: Any, c: Call, journal: Journal) -> Any:
     first entry runs watched (the caller's tensors saved before a write); the others run bare
     unless it wrote any (or the policy discards)."""
     size, dims, flat, spec = internals.vmap_inputs(c.in_dims, c.args, func)
-    start = rng_states() if c.randomness == "same" else None
-    discard = scope.current().state_writes == "discard"
+    # the basis vectors torch's jacrev/jacfwd/hessian vmap over are one call of the function,
+    # not samples: each entry starts from the caller's state and random state as they were, and
+    # the last entry's writes (the same for every basis vector) stay
+    start = rng_states() if c.randomness == "same" or not c.samples else None
+    discard = scope.current().state_writes == "discard" or not c.samples
     outs = []
     for i in range(size):
         if start is not None:
