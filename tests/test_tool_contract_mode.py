@@ -190,3 +190,19 @@ def test_a_loop_over_basis_vectors_runs_each_from_the_same_state(transform):
     r = harness.check(through_the_ring, _calls(), transform, "allow_inplace",
                       state={"ring": ring})
     assert r.verdict in ("pass", "refused"), r
+
+
+def fails_in_every_stage(x):
+    y = x * 2.0
+    raise RuntimeError("vmap: It looks like you're calling .item() on a Tensor")  # as torch
+
+
+def test_an_error_no_stage_fixes_names_the_line_torch_raised_at():
+    import funcbwd
+
+    with pytest.raises(RuntimeError) as e:
+        with funcbwd.allow_inplace():
+            torch.func.jacrev(fails_in_every_stage)(torch.randn(4))
+    line = fails_in_every_stage.__code__.co_firstlineno + 2
+    notes = "\n".join(getattr(e.value, "__notes__", []))
+    assert f"test_tool_contract_mode.py:{line})" in notes, notes

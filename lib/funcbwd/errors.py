@@ -196,6 +196,15 @@ def fixable(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and any(m in text for m in _FIXABLE)
 
 
+def user_line_of(error: BaseException) -> str:
+    """The innermost frame of the user's code in ``error``'s traceback (where it was raised from,
+    as :func:`user_line` says it), or "?"."""
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        if "/torch/" not in frame.filename and "/funcbwd/" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno}"
+    return "?"
+
+
 def user_line() -> str:
     """The innermost frame of the user's code (not torch's, not funcbwd's): ``file:line``."""
     for frame in reversed(traceback.extract_stack()[:-1]):

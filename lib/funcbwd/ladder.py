@@ -37,7 +37,7 @@ import torch
 from funcbwd import internals, scope
 from funcbwd.cache import LRU
 from funcbwd.errors import (FuncbwdError, LoopInstead, NeedsMode, StateWriteError, first_line,
-                            fixable)
+                            fixable, user_line_of)
 from funcbwd.functions import functions_converted, rebound
 from funcbwd.inplace import InplaceMode, outputs_refreshed
 from funcbwd.journal import Journal, rng_states, set_rng_states
@@ -230,7 +230,8 @@ def _attempts(func: Any, c: Call, key: tuple, rng: dict, journal: Journal) -> An
             continue
         return _remembered(key, stage.name, out, c)
     _start_over(rng, journal)
-    plain.add_note("funcbwd could not run it either; " + "; ".join(failures))
+    plain.add_note(f"funcbwd could not run it either (at {user_line_of(plain)}); "
+                   + "; ".join(failures))
     raise plain
 
 
