@@ -206,3 +206,35 @@ def test_an_error_no_stage_fixes_names_the_line_torch_raised_at():
     line = fails_in_every_stage.__code__.co_firstlineno + 2
     notes = "\n".join(getattr(e.value, "__notes__", []))
     assert f"test_tool_contract_mode.py:{line})" in notes, notes
+
+
+_ONE_SOURCE = '''
+import torch
+scale = torch.tensor(SCALE)
+
+def f(x):
+    t = x.exp() * scale
+    t[x > 0] = (x * 2.0)[x > 0]
+    u = x.new_empty(4).fill_(0.25)
+    u.sub_(u * x * scale)
+    return torch.stack([t, u])
+'''
+
+
+def test_two_modules_of_one_source_do_not_share_what_worked():
+    """Code objects of one source compare equal across modules: what worked for one module's
+    f (a traced graph, over its globals) was used for the other's (output error 12)."""
+    import funcbwd
+
+    def module(scale: float):
+        ns: dict = {}
+        exec(compile(_ONE_SOURCE.replace("SCALE", str(scale)), "one_source.py", "exec"), ns)
+        return ns["f"]
+
+    g = torch.Generator().manual_seed(376)
+    a, b = module(5.0), module(2.0)
+    assert a.__code__ == b.__code__
+    for _ in range(3):
+        funcbwd.vmap(a)(torch.randn(B, 4, generator=g))
+    xs = torch.randn(B, 4, generator=g)
+    torch.testing.assert_close(funcbwd.vmap(b)(xs), torch.stack([b(x) for x in xs]))

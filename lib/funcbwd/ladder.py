@@ -123,11 +123,13 @@ class _Ref:
 
 def identity(func: Any) -> tuple:
     """A function's identity across fresh closures of the same code over the same objects
-    (``vmap(jacrev(f))`` written inline makes a new closure per call)."""
+    (``vmap(jacrev(f))`` written inline makes a new closure per call): its code, its module's
+    globals (two modules made from one source have equal code objects, not the same globals)
+    and its closure's contents."""
     code = getattr(func, "__code__", None)
     if code is None:
         return (_Ref(func),)
-    cells = []
+    cells = [_Ref(getattr(func, "__globals__", None))]
     for c in func.__closure__ or ():
         try:
             cells.append(_Ref(c.cell_contents))
