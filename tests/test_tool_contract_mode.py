@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from funcbwd import harness
+from funcbwd.errors import FuncbwdError
 
 B = 4
 
@@ -268,3 +269,37 @@ def test_putting_back_a_saved_tensor_is_not_seen_as_a_write_by_an_enclosing_call
     line of the user's)."""
     r = harness.check(data_write_then_old_function, _calls(), transform, entry)
     assert r.verdict == "pass", r
+
+
+memo = {"last": torch.zeros(4)}
+appended: list = []
+
+
+def keeps_a_per_sample_value(x):
+    memo["last"] = x.cumsum(0).detach()  # a per-sample value the caller keeps
+    return x * 2.0
+
+
+def appends_a_per_sample_value(x):
+    appended.append(x.cumsum(0))
+    return x * 2.0
+
+
+@pytest.mark.parametrize("transform", ["vmap", "vmap_grad", "vmap_vjp", "vmap_jacrev",
+                                       "vmap_vmap"])
+@pytest.mark.parametrize("entry", ["vmap", "allow_inplace"])
+def test_a_per_sample_value_the_caller_keeps_is_the_loops(transform, entry):
+    """torch's vmap leaves the batched tensor (dead outside the transform) in the dict: funcbwd
+    runs the per-sample loop instead, which leaves the last entry's value."""
+    r = harness.check(keeps_a_per_sample_value, _calls(), transform, entry, state={"memo": memo})
+    assert r.verdict == "pass", r
+
+
+def test_a_per_sample_value_appended_by_the_function_is_refused_naming_it():
+    import funcbwd
+
+    with pytest.raises(FuncbwdError, match="kept by the caller") as e:
+        funcbwd.vmap(appends_a_per_sample_value)(torch.randn(B, 4))
+    line = appends_a_per_sample_value.__code__.co_firstlineno
+    assert f"test_tool_contract_mode.py:{line}" in str(e.value)
+    appended.clear()

@@ -24,6 +24,9 @@ class Journal:
         self._saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._borrowed: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._lifted: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+        #: (weak reference, in-place mode node) of every tensor a mode saw made in the call and
+        #: alive when the mode ended (:func:`funcbwd.ladder.outliving`); not part of ``bool``
+        self.made: list = []
 
     def __bool__(self) -> bool:
         return bool(self._saved or self._borrowed or self._lifted)
@@ -62,10 +65,12 @@ class Journal:
             self._saved.setdefault(key, entry)
         self._borrowed += other._borrowed
         self._lifted += other._lifted
-        other._saved, other._borrowed, other._lifted = {}, [], []
+        self.made += other.made
+        other._saved, other._borrowed, other._lifted, other.made = {}, [], [], []
 
     def restore(self) -> None:
         """Every tensor the call wrote, as it was before the call; the journal is then empty."""
+        self.made.clear()  # a failed attempt's tensors: the exception's frames may hold them
         for t, own, *_ in reversed(self._borrowed + self._lifted):
             internals.swap_impl(t, own)
         self._borrowed.clear()

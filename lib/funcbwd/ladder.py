@@ -26,6 +26,7 @@ What a call does with the caller's tensors, by ``state_writes`` (:mod:`funcbwd.i
 from __future__ import annotations
 
 import dataclasses
+import gc
 import inspect
 import time
 import warnings
@@ -36,8 +37,8 @@ import torch
 
 from funcbwd import internals, scope
 from funcbwd.cache import LRU
-from funcbwd.errors import (FuncbwdError, LoopInstead, NeedsMode, StateWriteError, first_line,
-                            fixable, user_line_of)
+from funcbwd.errors import (FuncbwdError, InplaceModeError, LoopInstead, NeedsMode,
+                            StateWriteError, first_line, fixable, user_line_of)
 from funcbwd.functions import functions_converted, rebound
 from funcbwd.inplace import InplaceMode, outputs_refreshed
 from funcbwd.journal import Journal, rng_states, set_rng_states
@@ -132,10 +133,24 @@ def identity(func: Any) -> tuple:
     cells = [_Ref(getattr(func, "__globals__", None))]
     for c in func.__closure__ or ():
         try:
-            cells.append(_Ref(c.cell_contents))
+            contents = c.cell_contents
         except ValueError:  # an empty cell
             cells.append(None)
+            continue
+        ref = _Ref(contents)
+        if isinstance(ref.ref, list) or (isinstance(ref.ref, tuple) and not _by_value(contents)):
+            # held strongly, a closure's list or tuple of tensors (torch's vjp_fn) would outlive
+            # the call in this cache (and look kept by the caller: ``outliving``): this function
+            # object, weakly, is the identity
+            return (_Ref(func),)
+        cells.append(ref)
     return (code, tuple(cells))
+
+
+def _by_value(obj: Any) -> bool:
+    """A value an identity may hold: a number, a string, None, or a tuple of them."""
+    return obj is None or isinstance(obj, (int, float, complex, str, bytes, bool)) or (
+        isinstance(obj, (tuple, frozenset)) and all(_by_value(o) for o in obj))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +192,8 @@ def call(func: Any, c: "Call | TransformCall") -> Any:
     with scope.entered(journal=journal):
         try:
             out = _attempts(func, c, key, rng, journal)
+            if journal.made and not internals.stack_depth():
+                out = _kept_nothing(func, c, key, rng, journal, out)
         except BaseException:
             _start_over(rng, journal)  # the caller's tensors and random state as they were
             raise
@@ -235,6 +252,65 @@ def _attempts(func: Any, c: Call, key: tuple, rng: dict, journal: Journal) -> An
     plain.add_note(f"funcbwd could not run it either (at {user_line_of(plain)}); "
                    + "; ".join(failures))
     raise plain
+
+
+def outliving(journal: Journal) -> list:
+    """The tensors a mode saw made in the call batched by a vmap that are alive after the
+    outermost call ended and that funcbwd itself does not hold (a view's parent):
+    the caller keeps them (a dict entry, a list, an attribute), which a per-sample loop would
+    have filled with plain tensors."""
+    def alive() -> list:
+        pairs = [(r(), n) for r, n in journal.made]
+        pairs = [(t, n) for t, n in pairs if t is not None]
+        held = {id(n.of) for _, n in pairs if n.of is not None}
+        return [t for t, _ in pairs if id(t) not in held and internals.is_batched(t)]
+
+    if not alive():
+        return []
+    gc.collect()  # reference cycles (a view's node and its parent) are not the caller's
+    candidates = alive()
+    if not candidates:
+        return []
+    # kept in a Python container (a dict, a list, an object's attributes); a tensor only C++
+    # holds (autograd's saved values keep their Python object alive) is not the caller's
+    ours = {id(candidates)}
+    containers = [r for r in gc.get_referrers(*candidates)
+                  if id(r) not in ours and isinstance(r, (dict, list, set))]
+    inside = {id(v) for r in containers for v in (r.values() if isinstance(r, dict) else r)}
+    return [t for t in candidates if id(t) in inside]
+
+
+def _kept_nothing(func: Any, c: "Call | TransformCall", key: tuple, rng: dict, journal: Journal,
+                  out: Any) -> Any:
+    """``out``, unless, under a vmap of samples, the caller kept a tensor made under the
+    transform (:func:`outliving`): then the per-sample loop's answer (its plain tensors replace
+    the batched ones where the caller keeps them), or, if the caller still holds one after the
+    loop (appended, not replaced), a clear error."""
+    kept = outliving(journal) if isinstance(c, Call) and c.samples else []
+    if not kept:  # (no vmap of samples: what torch's transforms leave there is torch's)
+        journal.made.clear()
+        return out
+    refs = [weakref.ref(t) for t in kept]
+    shapes = sorted({tuple(t.shape) for t in kept})
+    del kept, out
+    where = _defined_at(func)
+    _start_over(rng, journal)
+    out = _remembered(key, "per-sample loop", _loop_stage(func, c, journal), c)
+    journal.made.clear()
+    gc.collect()
+    if not any(r() is not None for r in refs):
+        return out
+    raise InplaceModeError(
+        f"a tensor made under the transform (shape {shapes[0]}) is kept by the caller after the "
+        f"call (a dict, a list or an attribute; in {where}): outside the transform it has no "
+        "value. Store a value computed outside the transform, or return it")
+
+
+def _defined_at(func: Any) -> str:
+    user = inspect.unwrap(func)
+    code = getattr(user, "__code__", None)
+    return (f"{getattr(user, '__name__', 'the function')} at {code.co_filename}:"
+            f"{code.co_firstlineno}" if code is not None else "the function")
 
 
 def _start_over(rng: dict, journal: Journal) -> None:
