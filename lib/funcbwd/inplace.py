@@ -137,7 +137,7 @@ class InplaceMode(TorchFunctionMode):
             super().__exit__(*exc)
         finally:
             self._scope.__exit__(*exc)
-            if exc[0] is None:  # what may outlive the call (funcbwd.ladder.outliving)
+            if exc[0] is None:  # what may outlive the call (funcbwd.journal.outliving)
                 self.journal.made += [(n.ref, n) for n in list(self.nodes.values())]
 
     @property

@@ -41,8 +41,8 @@ from funcbwd.errors import (FuncbwdError, InplaceModeError, LoopInstead, NeedsMo
                             StateWriteError, first_line, fixable, user_line_of)
 from funcbwd.functions import functions_converted, rebound
 from funcbwd.inplace import InplaceMode, outputs_refreshed
-from funcbwd.journal import Journal, rng_states, set_rng_states
-from funcbwd.replay import Plan, Replay
+from funcbwd.journal import Journal, defined_at, outliving, rng_states, set_rng_states
+from funcbwd.replay import Plan, Replay, identity
 
 __all__ = ["Call", "TransformCall", "call", "fixable", "PerSampleLoopWarning", "STAGES", "WORKED"]
 
@@ -91,68 +91,6 @@ class Call:
 
 
 # ------------------------------------------------------------------------------ what worked
-class _Ref:
-    """A part of a function's identity: the object itself, held weakly where it can be (an id
-    reused after it is freed never matches), by value where it is hashable, else strongly."""
-
-    __slots__ = ("ref", "hash")
-
-    def __init__(self, obj: Any) -> None:
-        try:
-            self.ref, self.hash = weakref.ref(obj), id(obj)
-        except TypeError:
-            try:
-                self.ref, self.hash = (obj,), hash(obj)
-            except TypeError:
-                self.ref, self.hash = [obj], id(obj)
-
-    def get(self) -> Any:
-        r = self.ref
-        return r() if isinstance(r, weakref.ref) else r[0]
-
-    def __eq__(self, other: Any) -> bool:
-        if not isinstance(other, _Ref) or type(self.ref) is not type(other.ref):
-            return False
-        if isinstance(self.ref, tuple):
-            return self.ref == other.ref
-        a = self.get()
-        return a is not None and a is other.get()
-
-    def __hash__(self) -> int:
-        return self.hash
-
-
-def identity(func: Any) -> tuple:
-    """A function's identity across fresh closures of the same code over the same objects
-    (``vmap(jacrev(f))`` written inline makes a new closure per call): its code, its module's
-    globals (two modules made from one source have equal code objects, not the same globals)
-    and its closure's contents."""
-    code = getattr(func, "__code__", None)
-    if code is None:
-        return (_Ref(func),)
-    cells = [_Ref(getattr(func, "__globals__", None))]
-    for c in func.__closure__ or ():
-        try:
-            contents = c.cell_contents
-        except ValueError:  # an empty cell
-            cells.append(None)
-            continue
-        ref = _Ref(contents)
-        if isinstance(ref.ref, list) or (isinstance(ref.ref, tuple) and not _by_value(contents)):
-            # held strongly, a closure's list or tuple of tensors (torch's vjp_fn) would outlive
-            # the call in this cache (and look kept by the caller: ``outliving``): this function
-            # object, weakly, is the identity
-            return (_Ref(func),)
-        cells.append(ref)
-    return (code, tuple(cells))
-
-
-def _by_value(obj: Any) -> bool:
-    """A value an identity may hold: a number, a string, None, or a tuple of them."""
-    return obj is None or isinstance(obj, (int, float, complex, str, bytes, bool)) or (
-        isinstance(obj, (tuple, frozenset)) and all(_by_value(o) for o in obj))
-
-
 @dataclasses.dataclass(frozen=True)
 class Way:
     """What worked: ``"plain"`` (torch's vmap; ``writes``: it saved caller tensors on its first
@@ -254,32 +192,6 @@ def _attempts(func: Any, c: Call, key: tuple, rng: dict, journal: Journal) -> An
     raise plain
 
 
-def outliving(journal: Journal) -> list:
-    """The tensors a mode saw made in the call batched by a vmap that are alive after the
-    outermost call ended and that funcbwd itself does not hold (a view's parent):
-    the caller keeps them (a dict entry, a list, an attribute), which a per-sample loop would
-    have filled with plain tensors."""
-    def alive() -> list:
-        pairs = [(r(), n) for r, n in journal.made]
-        pairs = [(t, n) for t, n in pairs if t is not None]
-        held = {id(n.of) for _, n in pairs if n.of is not None}
-        return [t for t, _ in pairs if id(t) not in held and internals.is_batched(t)]
-
-    if not alive():
-        return []
-    gc.collect()  # reference cycles (a view's node and its parent) are not the caller's
-    candidates = alive()
-    if not candidates:
-        return []
-    # kept in a Python container (a dict, a list, an object's attributes); a tensor only C++
-    # holds (autograd's saved values keep their Python object alive) is not the caller's
-    ours = {id(candidates)}
-    containers = [r for r in gc.get_referrers(*candidates)
-                  if id(r) not in ours and isinstance(r, (dict, list, set))]
-    inside = {id(v) for r in containers for v in (r.values() if isinstance(r, dict) else r)}
-    return [t for t in candidates if id(t) in inside]
-
-
 def _kept_nothing(func: Any, c: "Call | TransformCall", key: tuple, rng: dict, journal: Journal,
                   out: Any) -> Any:
     """``out``, unless, under a vmap of samples, the caller kept a tensor made under the
@@ -293,7 +205,7 @@ def _kept_nothing(func: Any, c: "Call | TransformCall", key: tuple, rng: dict, j
     refs = [weakref.ref(t) for t in kept]
     shapes = sorted({tuple(t.shape) for t in kept})
     del kept, out
-    where = _defined_at(func)
+    where = defined_at(func)
     _start_over(rng, journal)
     out = _remembered(key, "per-sample loop", _loop_stage(func, c, journal), c)
     journal.made.clear()
@@ -304,13 +216,6 @@ def _kept_nothing(func: Any, c: "Call | TransformCall", key: tuple, rng: dict, j
         f"a tensor made under the transform (shape {shapes[0]}) is kept by the caller after the "
         f"call (a dict, a list or an attribute; in {where}): outside the transform it has no "
         "value. Store a value computed outside the transform, or return it")
-
-
-def _defined_at(func: Any) -> str:
-    user = inspect.unwrap(func)
-    code = getattr(user, "__code__", None)
-    return (f"{getattr(user, '__name__', 'the function')} at {code.co_filename}:"
-            f"{code.co_firstlineno}" if code is not None else "the function")
 
 
 def _start_over(rng: dict, journal: Journal) -> None:
