@@ -241,36 +241,6 @@ def test_two_modules_of_one_source_do_not_share_what_worked():
     torch.testing.assert_close(funcbwd.vmap(b)(xs), torch.stack([b(x) for x in xs]))
 
 
-class ClampOld(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, v):
-        ctx.save_for_backward(v)
-        return v.clamp(min=0)
-
-    @staticmethod
-    def backward(ctx, g):
-        (v,) = ctx.saved_tensors
-        return g * (v >= 0)
-
-
-def data_write_then_old_function(x):
-    t = torch.ones_like(x)
-    t.data.mul_(3.0)  # saved by the grad call's journal (an alias it does not track)
-    u = ClampOld.apply(x.flip(0))  # the grad call fails plain: its journal puts t back
-    return t.unsqueeze(0)[0] * x + u
-
-
-@pytest.mark.parametrize("transform", ["vmap_grad", "vmap_vjp", "vmap_jacrev"])
-@pytest.mark.parametrize("entry", ["vmap", "allow_inplace"])
-def test_putting_back_a_saved_tensor_is_not_seen_as_a_write_by_an_enclosing_call(transform,
-                                                                                 entry):
-    """The grad call's journal put the tensor back under the enclosing vmap's watch, which took
-    it for a write into the caller's state shared by every sample (StateWriteError naming no
-    line of the user's)."""
-    r = harness.check(data_write_then_old_function, _calls(), transform, entry)
-    assert r.verdict == "pass", r
-
-
 memo = {"last": torch.zeros(4)}
 appended: list = []
 

@@ -41,8 +41,7 @@ class Journal:
     def save(self, t: torch.Tensor) -> None:
         """Before a write into ``t``, a tensor the caller owns: its contents, once per call."""
         if id(t) not in self._saved:
-            with internals.cleared_functorch_state(), torch.no_grad(), \
-                    internals.torch_function_disabled():
+            with internals.cleared_functorch_state(), torch.no_grad():
                 self._saved[id(t)] = (t, internals.dense(t).detach().clone())
 
     def borrow(self, t: torch.Tensor, stand_in: torch.Tensor) -> None:
@@ -79,8 +78,7 @@ class Journal:
             internals.swap_impl(t, own)
         self._borrowed.clear()
         self._lifted.clear()
-        with internals.cleared_functorch_state(), torch.no_grad(), \
-                    internals.torch_function_disabled():  # below every transform
+        with internals.cleared_functorch_state(), torch.no_grad():  # below every transform
             for t, old in self._saved.values():
                 now = internals.dense(t)
                 if now.shape == old.shape:
@@ -100,8 +98,7 @@ class Journal:
             for _ in range(leading):
                 final = final[0]
             internals.swap_impl(t, own)
-            with internals.cleared_functorch_state(), torch.no_grad(), \
-                    internals.torch_function_disabled():
+            with internals.cleared_functorch_state(), torch.no_grad():
                 internals.dense(t).copy_(final)
         self._lifted.clear()
         self._saved.clear()

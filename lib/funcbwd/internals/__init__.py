@@ -401,7 +401,6 @@ from funcbwd.internals.levels import (  # noqa: E402,F401
     rng_states,
     set_rng_states,
     swap_impl,
-    torch_function_disabled,
     torch_transform_internal,
     transforms_routed,
     vmap_impl_replaced,

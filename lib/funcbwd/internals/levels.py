@@ -113,11 +113,6 @@ def batched_copy(t: torch.Tensor) -> torch.Tensor:
     return new
 
 
-#: a block no ``TorchFunctionMode`` sees (funcbwd's own bookkeeping: saving and putting back the
-#: caller's tensors must not look like the user's writes to a mode watching an enclosing call)
-torch_function_disabled = torch._C.DisableTorchFunction
-
-
 def swap_impl(a: torch.Tensor, b: torch.Tensor) -> None:
     """Give ``a`` the contents (TensorImpl) of ``b`` and vice versa, keeping each Python object
     (what ``torch.utils.swap_tensors`` does, without its use-count checks)."""
