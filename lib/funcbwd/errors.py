@@ -144,6 +144,12 @@ class StateWriteError(FuncbwdError):
     default ``state_writes="refuse"`` (see the module docstring). Nothing of the call is left."""
 
 
+class TransformRefusedError(FuncbwdError):
+    """Code torch.func cannot run as written under the transforms active at its line, where no
+    retry stage can help (e.g. ``torch.inference_mode()`` inside a grad transform): raised at
+    once, naming the line and what to write instead."""
+
+
 class LoopInstead(Exception):
     """A shared write under ``state_writes="loop"``: the call runs as the per-sample loop."""
 
@@ -188,6 +194,15 @@ def fixable(error: BaseException) -> bool:
         return True
     text = str(error)
     return isinstance(error, RuntimeError) and any(m in text for m in _FIXABLE)
+
+
+def user_line_of(error: BaseException) -> str:
+    """The innermost frame of the user's code in ``error``'s traceback (where it was raised from,
+    as :func:`user_line` says it), or "?"."""
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        if "/torch/" not in frame.filename and "/funcbwd/" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno}"
+    return "?"
 
 
 def user_line() -> str:

@@ -56,11 +56,11 @@ from torch.overrides import TorchFunctionMode
 
 from funcbwd import internals, masks, rules, scope
 from funcbwd.errors import (InplaceModeError, LoopInstead, NeedsMode, StateWriteError,
-                            user_line)
+                            TransformRefusedError, user_line)
 from funcbwd.journal import Journal
 from funcbwd.replay import Plan
 
-__all__ = ["InplaceMode", "user_line"]
+__all__ = ["InplaceMode", "user_line", "outputs_refreshed"]
 
 
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
@@ -137,6 +137,8 @@ class InplaceMode(TorchFunctionMode):
             super().__exit__(*exc)
         finally:
             self._scope.__exit__(*exc)
+            if exc[0] is None:  # what may outlive the call (funcbwd.journal.outliving)
+                self.journal.made += [(n.ref, n) for n in list(self.nodes.values())]
 
     @property
     def samples(self) -> frozenset:
@@ -160,6 +162,18 @@ class InplaceMode(TorchFunctionMode):
         # off: an outer mode (an outer call's watch) never sees what this one does; an op written
         # in Python may run user code (autograd.grad runs a custom Function's backward,
         # ``custom_function_call`` its forward) and keeps it on
+        try:
+            return self._dispatch(func, name, k, args, kwargs)
+        except RuntimeError as e:
+            if torch.is_inference_mode_enabled() and internals.grad_levels():
+                raise TransformRefusedError(
+                    f"torch.inference_mode() inside a function under a grad transform (at "
+                    f"{user_line()}): torch.func cannot run {name or 'this op'} there (an "
+                    "inference tensor cannot join the transform's autograd); use torch.no_grad() "
+                    "instead, or leave inference_mode outside the transform") from e
+            raise
+
+    def _dispatch(self, func, name: str, k: str, args: tuple, kwargs: dict) -> Any:
         with _NO_TORCH_FUNCTION() if isinstance(func, _C_FUNCTIONS) else contextlib.nullcontext():
             if k == "ordinary" and not (self.stale or self.selections):
                 out = func(*args, **kwargs)  # the common case: an op that writes nothing
@@ -369,3 +383,19 @@ class InplaceMode(TorchFunctionMode):
             if node is not None and node.stale:
                 self._refresh(node)
 
+
+
+def outputs_refreshed(f: Any) -> Any:
+    """``f`` whose returned views of a promoted tensor are re-derived before they leave it: a view
+    the function returns without using it again after its base was promoted would otherwise leave
+    as it was before the write (the mode re-derives a view only when an op next uses it)."""
+    @functools.wraps(f)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        out = f(*args, **kwargs)
+        mode = scope.current().mode
+        if isinstance(mode, InplaceMode) and mode.stale:
+            with _NO_TORCH_FUNCTION():
+                mode.refresh_args((out,), {})
+        return out
+
+    return run

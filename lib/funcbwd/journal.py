@@ -14,6 +14,10 @@ accelerator torch has initialized (CUDA, XPU, MPS), saved and put back as one.
 
 from __future__ import annotations
 
+import gc
+import inspect
+from typing import Any
+
 import torch
 
 from funcbwd import internals
@@ -24,6 +28,9 @@ class Journal:
         self._saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._borrowed: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._lifted: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+        #: (weak reference, in-place mode node) of every tensor a mode saw made in the call and
+        #: alive when the mode ended (:func:`funcbwd.journal.outliving`); not part of ``bool``
+        self.made: list = []
 
     def __bool__(self) -> bool:
         return bool(self._saved or self._borrowed or self._lifted)
@@ -61,10 +68,12 @@ class Journal:
             self._saved.setdefault(key, entry)
         self._borrowed += other._borrowed
         self._lifted += other._lifted
-        other._saved, other._borrowed, other._lifted = {}, [], []
+        self.made += other.made
+        other._saved, other._borrowed, other._lifted, other.made = {}, [], [], []
 
     def restore(self) -> None:
         """Every tensor the call wrote, as it was before the call; the journal is then empty."""
+        self.made.clear()  # a failed attempt's tensors: the exception's frames may hold them
         for t, own, *_ in reversed(self._borrowed + self._lifted):
             internals.swap_impl(t, own)
         self._borrowed.clear()
@@ -97,3 +106,36 @@ class Journal:
 
 rng_states = internals.rng_states
 set_rng_states = internals.set_rng_states
+
+
+def outliving(journal: Journal) -> list:
+    """The tensors a mode saw made in the call batched by a vmap that are alive after the
+    outermost call ended and that funcbwd itself does not hold (a view's parent):
+    the caller keeps them (a dict entry, a list, an attribute), which a per-sample loop would
+    have filled with plain tensors."""
+    def alive() -> list:
+        pairs = [(r(), n) for r, n in journal.made]
+        pairs = [(t, n) for t, n in pairs if t is not None]
+        held = {id(n.of) for _, n in pairs if n.of is not None}
+        return [t for t, _ in pairs if id(t) not in held and internals.is_batched(t)]
+
+    if not alive():
+        return []
+    gc.collect()  # reference cycles (a view's node and its parent) are not the caller's
+    candidates = alive()
+    if not candidates:
+        return []
+    # kept in a Python container (a dict, a list, an object's attributes); a tensor only C++
+    # holds (autograd's saved values keep their Python object alive) is not the caller's
+    ours = {id(candidates)}
+    containers = [r for r in gc.get_referrers(*candidates)
+                  if id(r) not in ours and isinstance(r, (dict, list, set))]
+    inside = {id(v) for r in containers for v in (r.values() if isinstance(r, dict) else r)}
+    return [t for t in candidates if id(t) in inside]
+
+
+def defined_at(func: Any) -> str:
+    user = inspect.unwrap(func)
+    code = getattr(user, "__code__", None)
+    return (f"{getattr(user, '__name__', 'the function')} at {code.co_filename}:"
+            f"{code.co_firstlineno}" if code is not None else "the function")

@@ -26,6 +26,7 @@ What a call does with the caller's tensors, by ``state_writes`` (:mod:`funcbwd.i
 from __future__ import annotations
 
 import dataclasses
+import gc
 import inspect
 import time
 import warnings
@@ -36,12 +37,12 @@ import torch
 
 from funcbwd import internals, scope
 from funcbwd.cache import LRU
-from funcbwd.errors import (FuncbwdError, LoopInstead, NeedsMode, StateWriteError, first_line,
-                            fixable)
+from funcbwd.errors import (FuncbwdError, InplaceModeError, LoopInstead, NeedsMode,
+                            StateWriteError, first_line, fixable, user_line_of)
 from funcbwd.functions import functions_converted, rebound
-from funcbwd.inplace import InplaceMode
-from funcbwd.journal import Journal, rng_states, set_rng_states
-from funcbwd.replay import Plan, Replay
+from funcbwd.inplace import InplaceMode, outputs_refreshed
+from funcbwd.journal import Journal, defined_at, outliving, rng_states, set_rng_states
+from funcbwd.replay import Plan, Replay, identity
 
 __all__ = ["Call", "TransformCall", "call", "fixable", "PerSampleLoopWarning", "STAGES", "WORKED"]
 
@@ -90,61 +91,13 @@ class Call:
 
 
 # ------------------------------------------------------------------------------ what worked
-class _Ref:
-    """A part of a function's identity: the object itself, held weakly where it can be (an id
-    reused after it is freed never matches), by value where it is hashable, else strongly."""
-
-    __slots__ = ("ref", "hash")
-
-    def __init__(self, obj: Any) -> None:
-        try:
-            self.ref, self.hash = weakref.ref(obj), id(obj)
-        except TypeError:
-            try:
-                self.ref, self.hash = (obj,), hash(obj)
-            except TypeError:
-                self.ref, self.hash = [obj], id(obj)
-
-    def get(self) -> Any:
-        r = self.ref
-        return r() if isinstance(r, weakref.ref) else r[0]
-
-    def __eq__(self, other: Any) -> bool:
-        if not isinstance(other, _Ref) or type(self.ref) is not type(other.ref):
-            return False
-        if isinstance(self.ref, tuple):
-            return self.ref == other.ref
-        a = self.get()
-        return a is not None and a is other.get()
-
-    def __hash__(self) -> int:
-        return self.hash
-
-
-def identity(func: Any) -> tuple:
-    """A function's identity across fresh closures of the same code over the same objects
-    (``vmap(jacrev(f))`` written inline makes a new closure per call)."""
-    code = getattr(func, "__code__", None)
-    if code is None:
-        return (_Ref(func),)
-    owner = getattr(func, "__self__", None)
-    if owner is not None:  # a bound method: its code and closure are its class's, not its own
-        return (identity(func.__func__), _Ref(owner))
-    cells = []
-    for c in func.__closure__ or ():
-        try:
-            cells.append(_Ref(c.cell_contents))
-        except ValueError:  # an empty cell
-            cells.append(None)
-    return (code, tuple(cells))
-
-
 @dataclasses.dataclass(frozen=True)
 class Way:
     """What worked: ``"plain"`` (torch's vmap; ``writes``: it saved caller tensors on its first
     call, so later calls run watched too) or a stage's name (and its plan, if it has one).
     ``graph``: a traced graph of the function (:func:`funcbwd.functionalized`) found on a later
-    call to give the same answer faster than the stage (:func:`_captured`); ``tried``: looked for."""
+    call to give the same answer faster than the stage (:func:`_captured`; only for a call outside
+    every transform, where the answers can be compared); ``tried``: looked for."""
 
     how: str
     plan: Plan | None = None
@@ -170,15 +123,17 @@ def call(func: Any, c: "Call | TransformCall") -> Any:
     lands it, gives it back or restores it with its own."""
     s = scope.current()
     if s.retrying:
-        return c.run(func)
+        return c.run(outputs_refreshed(func) if s.mode is not None else func)
     key = (identity(func), _signature(c), s.state_writes)
     rng = rng_states()
     journal = Journal()
     with scope.entered(journal=journal):
         try:
             out = _attempts(func, c, key, rng, journal)
+            if journal.made and not internals.stack_depth():
+                out = _kept_nothing(func, c, key, rng, journal, out)
         except BaseException:
-            journal.restore()
+            _start_over(rng, journal)  # the caller's tensors and random state as they were
             raise
     if s.journal is not None:
         s.journal.absorb(journal)
@@ -232,8 +187,35 @@ def _attempts(func: Any, c: Call, key: tuple, rng: dict, journal: Journal) -> An
             continue
         return _remembered(key, stage.name, out, c)
     _start_over(rng, journal)
-    plain.add_note("funcbwd could not run it either; " + "; ".join(failures))
+    plain.add_note(f"funcbwd could not run it either (at {user_line_of(plain)}); "
+                   + "; ".join(failures))
     raise plain
+
+
+def _kept_nothing(func: Any, c: "Call | TransformCall", key: tuple, rng: dict, journal: Journal,
+                  out: Any) -> Any:
+    """``out``, unless, under a vmap of samples, the caller kept a tensor made under the
+    transform (:func:`outliving`): then the per-sample loop's answer (its plain tensors replace
+    the batched ones where the caller keeps them), or, if the caller still holds one after the
+    loop (appended, not replaced), a clear error."""
+    kept = outliving(journal) if isinstance(c, Call) and c.samples else []
+    if not kept:  # (no vmap of samples: what torch's transforms leave there is torch's)
+        journal.made.clear()
+        return out
+    refs = [weakref.ref(t) for t in kept]
+    shapes = sorted({tuple(t.shape) for t in kept})
+    del kept, out
+    where = defined_at(func)
+    _start_over(rng, journal)
+    out = _remembered(key, "per-sample loop", _loop_stage(func, c, journal), c)
+    journal.made.clear()
+    gc.collect()
+    if not any(r() is not None for r in refs):
+        return out
+    raise InplaceModeError(
+        f"a tensor made under the transform (shape {shapes[0]}) is kept by the caller after the "
+        f"call (a dict, a list or an attribute; in {where}): outside the transform it has no "
+        "value. Store a value computed outside the transform, or return it")
 
 
 def _start_over(rng: dict, journal: Journal) -> None:
@@ -272,13 +254,17 @@ _CAPTURABLE = ("in-place mode", "writes on copies")
 def _captured(func: Any, c: Call, way: Way, want: Any, seconds: float) -> Way:
     """On the second call of a signature a stage ran: the function's traced graph
     (:func:`funcbwd.functionalized`, checked against the code as written by its own build), run
-    on the same arguments. Kept when it runs in at most 0.9x the stage's time (a warm run each)
-    and, where the call is outside every transform (its answer is plain tensors), gives this
-    call's answer (equal within the graph's reordering of float sums). What the graph's runs
+    on the same arguments. Only for a call outside every transform (its answer is plain
+    tensors); kept when it runs in at most 0.9x the stage's time (a warm run each) and gives
+    this call's answer (equal within the graph's reordering of float sums). What the graph's runs
     write of the caller's and draw from its generators is put back; a function that writes its
     own arguments keeps its stage (its answer may alias them: torchaudio's ``dcshift``)."""
     from funcbwd.decorator import functionalized
 
+    if internals.stack_depth():
+        # inside another transform the answers are wrapped tensors no check can compare: a graph
+        # kept unchecked there gave a wrong answer (vmap(jacrev(f)), f: new_tensor, sub_, sin_)
+        return dataclasses.replace(way, tried=True)
     graph = functionalized(rebound(func), warn=False)
     rng, journal = rng_states(), Journal()
     arguments = _Arguments((c.args, c.kwargs))
@@ -289,7 +275,7 @@ def _captured(func: Any, c: Call, way: Way, want: Any, seconds: float) -> Way:
             start = time.perf_counter()
             c.run(graph)
             graph_s = time.perf_counter() - start
-        same = internals.stack_depth() or _same_answer(want, got)
+        same = _same_answer(want, got)
     except Exception:  # noqa: BLE001 - no graph stands for it: keep the stage
         same = False
     finally:
@@ -355,14 +341,14 @@ def _mode_stage(func: Any, c: Call, journal: Journal) -> Any:
     with functions_converted():
         mode = InplaceMode(journal=journal)
         with mode:
-            out = c.run(rebound(func))
+            out = c.run(outputs_refreshed(rebound(func)))
     c.plan = mode.plan()
     return out
 
 
 def _on_copy_stage(func: Any, c: Call, journal: Journal) -> Any:
     with functions_converted(), InplaceMode(on_copy=True, journal=journal):
-        return c.run(rebound(func))
+        return c.run(outputs_refreshed(rebound(func)))
 
 
 def _functionalized_stage(func: Any, c: Call, journal: Journal) -> Any:
@@ -384,8 +370,11 @@ def _loop_stage(func: Any, c: Call, journal: Journal) -> Any:
     first entry runs watched (the caller's tensors saved before a write); the others run bare
     unless it wrote any (or the policy discards)."""
     size, dims, flat, spec = internals.vmap_inputs(c.in_dims, c.args, func)
-    start = rng_states() if c.randomness == "same" else None
-    discard = scope.current().state_writes == "discard"
+    # the basis vectors torch's jacrev/jacfwd/hessian vmap over are one call of the function,
+    # not samples: each entry starts from the caller's state and random state as they were, and
+    # the last entry's writes (the same for every basis vector) stay
+    start = rng_states() if c.randomness == "same" or not c.samples else None
+    discard = scope.current().state_writes == "discard" or not c.samples
     outs = []
     for i in range(size):
         if start is not None:

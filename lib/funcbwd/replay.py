@@ -4,6 +4,7 @@ and saved writes: its :class:`Plan`, replayed by :class:`Replay` without the mod
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -12,7 +13,7 @@ from torch.overrides import TorchFunctionMode
 from funcbwd import internals, scope
 from funcbwd.journal import Journal
 
-__all__ = ["Plan", "Replay", "Diverged"]
+__all__ = ["Plan", "Replay", "Diverged", "identity"]
 
 
 class Diverged(Exception):
@@ -81,3 +82,69 @@ class Replay(TorchFunctionMode):
                 raise Diverged(f"op {i} ({name!r}) made no new tensor to promote")
             return internals.batched_copy(result)
         return result
+
+
+# ------------------------------------------------------------------------------ a function's identity
+class _Ref:
+    """A part of a function's identity: the object itself, held weakly where it can be (an id
+    reused after it is freed never matches), by value where it is hashable, else strongly."""
+
+    __slots__ = ("ref", "hash")
+
+    def __init__(self, obj: Any) -> None:
+        try:
+            self.ref, self.hash = weakref.ref(obj), id(obj)
+        except TypeError:
+            try:
+                self.ref, self.hash = (obj,), hash(obj)
+            except TypeError:
+                self.ref, self.hash = [obj], id(obj)
+
+    def get(self) -> Any:
+        r = self.ref
+        return r() if isinstance(r, weakref.ref) else r[0]
+
+    def __eq__(self, other: Any) -> bool:
+        if not isinstance(other, _Ref) or type(self.ref) is not type(other.ref):
+            return False
+        if isinstance(self.ref, tuple):
+            return self.ref == other.ref
+        a = self.get()
+        return a is not None and a is other.get()
+
+    def __hash__(self) -> int:
+        return self.hash
+
+
+def identity(func: Any) -> tuple:
+    """A function's identity across fresh closures of the same code over the same objects
+    (``vmap(jacrev(f))`` written inline makes a new closure per call): its code, its module's
+    globals (two modules made from one source have equal code objects, not the same globals)
+    and its closure's contents."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return (_Ref(func),)
+    owner = getattr(func, "__self__", None)
+    if owner is not None:  # a bound method: its code and closure are its class's, not its own
+        return (identity(func.__func__), _Ref(owner))
+    cells = [_Ref(getattr(func, "__globals__", None))]
+    for c in func.__closure__ or ():
+        try:
+            contents = c.cell_contents
+        except ValueError:  # an empty cell
+            cells.append(None)
+            continue
+        ref = _Ref(contents)
+        if isinstance(ref.ref, list) or (isinstance(ref.ref, tuple) and not _by_value(contents)):
+            # held strongly, a closure's list or tuple of tensors (torch's vjp_fn) would outlive
+            # the call in this cache (and look kept by the caller: ``outliving``): this function
+            # object, weakly, is the identity
+            return (_Ref(func),)
+        cells.append(ref)
+    return (code, tuple(cells))
+
+
+def _by_value(obj: Any) -> bool:
+    """A value an identity may hold: a number, a string, None, or a tuple of them."""
+    return obj is None or isinstance(obj, (int, float, complex, str, bytes, bool)) or (
+        isinstance(obj, (tuple, frozenset)) and all(_by_value(o) for o in obj))

@@ -18,6 +18,8 @@ kind             rule
 ``getitem``      a boolean-mask read with a batched mask carried densely; else ``ordinary``
 ``split``        ``unbind``/``split``/``chunk`` of a fresh tensor as ``select``/``narrow`` views
 ``out``          ``op(..., out=t)`` under vmap: out of place, then ``t.copy_``
+``detach_``      of a batched tensor (vmap has no rule: its fallback detaches views of it and
+                 fails): a fresh tensor takes ``detach()``'s contents in place; else refused
 ``batch_norm``   in training, running statistics the caller owns on a per-sample input: the
                  state policy (``discard``: batch statistics only, no running update)
 ==============  ==============================================================================
@@ -45,7 +47,8 @@ _NOT_WRITES = {"requires_grad_", "retain_grad_", "share_memory_", "detach_", "se
 NO_OP_CONVERSIONS = {"to", "type", "type_as", "contiguous", "float", "double", "cpu"}
 _KINDS: dict[str, str] = {"__setitem__": "setitem", "__getitem__": "getitem",
                           "__get__": "attribute", "__set__": "setter", "unbind": "split",
-                          "split": "split", "chunk": "split", "batch_norm": "batch_norm"}
+                          "split": "split", "chunk": "split", "batch_norm": "batch_norm",
+                          "detach_": "detach_"}
 
 
 def writes(name: str) -> bool:
@@ -164,6 +167,26 @@ def out(mode, func, name, args, kwargs):
     return target
 
 
+def detach_(mode, func, name, args, kwargs):
+    """``t.detach_()`` of a batched ``t`` (torch's vmap always fails there: its fallback runs it
+    on views of ``t``): a fresh ``t`` (not a view, as eager requires) takes the contents of
+    ``t.detach()`` in place (the same values and storage, no autograd history), its Python
+    identity kept; any other batched ``t`` is refused naming the line."""
+    t = args[0] if args else None
+    if not isinstance(t, torch.Tensor) or not internals.batched_here(t):
+        return ordinary(mode, func, name, args, kwargs)
+    node = mode.node(t)
+    if node is None or node.parent is not None or mode.watch:
+        raise InplaceModeError(
+            f"t.detach_() of a tensor batched by vmap (at {user_line()}): torch's vmap has no "
+            "rule for it; " + ("funcbwd detaches only a tensor the function made, not a view of "
+                               "one: use t = t.detach()" if mode.node(t) is None
+                               or node.parent is not None else "funcbwd retries it"))
+    mode.special = True
+    internals.swap_impl(t, t.detach())
+    return t
+
+
 def batch_norm(mode, func, name, args, kwargs):
     """``batch_norm`` in training with running statistics the caller owns, on an input batched
     over samples they lack: its kernel would update them with every entry's values at once."""
@@ -193,6 +216,7 @@ _BN_TORCH = ("input", "weight", "bias", "running_mean", "running_var", "training
 RULES: dict[str, Callable[..., Any]] = {
     "ordinary": ordinary, "attribute": attribute, "setter": setter, "write": write,
     "setitem": setitem, "getitem": getitem, "split": split, "out": out, "batch_norm": batch_norm,
+    "detach_": detach_,
 }
 
 

@@ -6,7 +6,9 @@ contents in place, and the two entry points the mode routes through (``vmap_impl
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import contextvars
+import threading
+from typing import Any, Iterator
 
 import torch
 
@@ -164,62 +166,51 @@ def transforms_routed(make_vmap, make_grad) -> Iterator[None]:
     inside jacfwd/hessian: ``apis.vmap_impl``) through ``make_vmap(original)``, and the grad
     transforms' implementations (``grad``/``grad_and_value``: ``grad_and_value_impl``; ``vjp``,
     ``jacrev``: ``_vjp_with_argnums``; ``jvp``, ``jacfwd``: ``_jvp_with_argnums``) through
-    ``make_grad(original, name)``: each takes the transformed function first. The routing is the
-    calling context's alone (:class:`_Route`): another thread's calls are not routed."""
+    ``make_grad(original, name)``: each takes the transformed function first. In this context
+    only (:func:`_routed`): another thread's calls run as torch's."""
     import torch._functorch.eager_transforms as et
 
-    names = ("grad_and_value_impl", "_vjp_with_argnums", "_jvp_with_argnums")
     with contextlib.ExitStack() as stack:
         stack.enter_context(vmap_impl_replaced(make_vmap))
-        for n in names:
-            stack.enter_context(_route(et, n).replaced(lambda original, n=n: make_grad(original, n)))
+        for n in ("grad_and_value_impl", "_vjp_with_argnums", "_jvp_with_argnums"):
+            stack.enter_context(_routed(et, n, lambda original, n=n: make_grad(original, n)))
         yield
 
 
-class _Route:
-    """One attribute of torch (``owner.name``) routed per context: while any context routes it,
-    the attribute is a dispatcher that calls the current context's replacement (a ContextVar), or
-    torch's own where the context has none; the attribute is torch's own again when the last
-    routing block ends. A global swap per block would leak when two threads' blocks interleave
-    (the second saves the first's replacement as "the original" and puts it back at its end)."""
+#: (id(owner), name) -> the implementation routed to in this context (:func:`_routed`)
+_ROUTES: contextvars.ContextVar[dict] = contextvars.ContextVar("funcbwd_routes", default={})
+#: (id(owner), name) -> [blocks routing it now, torch's attribute, torch's implementation]
+_INSTALLED: dict[tuple, list] = {}
+_INSTALL_LOCK = threading.Lock()
 
-    def __init__(self, owner: object, name: str, wrap=None) -> None:
-        import contextvars
-        import threading
 
-        self.owner, self.name = owner, name
-        self.wrap = wrap or (lambda f: f)
-        self.current: contextvars.ContextVar = contextvars.ContextVar(f"funcbwd_{name}",
-                                                                      default=None)
-        self.lock, self.users, self.own, self.base = threading.Lock(), 0, None, None
+@contextlib.contextmanager
+def _routed(owner: Any, name: str, make, original=None, wrap=None) -> Iterator[None]:
+    """``owner.name`` routed to ``make(previous)`` while the block runs, in this context only:
+    the attribute is replaced once, process-wide, by a router that looks the implementation up
+    in a ``ContextVar`` (torch's own where none is set), and put back when the last block using
+    it ends. Blocks in two threads at once never see each other's routing, and however they
+    interleave the attribute ends as torch's (a save-and-restore per block would leave one
+    thread's routing installed for good). ``previous``: the enclosing block's implementation in
+    this context, else torch's (``original(attribute)``: the attribute as a callable, itself by
+    default); ``wrap(router)``: what is installed (the router itself by default)."""
+    key = (id(owner), name)
+    with _INSTALL_LOCK:
+        entry = _INSTALLED.get(key)
+        if entry is None:
+            saved = owner.__dict__[name]
+            base = original(saved) if original is not None else saved
 
-    def _install(self) -> None:
-        with self.lock:
-            if self.users == 0:
-                self.own, self.base = self.owner.__dict__[self.name], self.torch_own()
-                current, base = self.current, self.base
+            def route(*args, _key=key, _base=base, **kwargs):
+                impl = _ROUTES.get().get(_key)
+                return (_base if impl is None else impl)(*args, **kwargs)
 
-                def dispatch(*args, **kwargs):
-                    impl = current.get()
-                    return (impl if impl is not None else base)(*args, **kwargs)
-
-                setattr(self.owner, self.name, self.wrap(dispatch))
-            self.users += 1
-
-    def _uninstall(self) -> None:
-        with self.lock:
-            self.users -= 1
-            if self.users == 0:
-                setattr(self.owner, self.name, self.own)
-                self.own = None
-
-    def torch_own(self):
-        """torch's own callable (what runs where no context routes it)."""
-        return self.owner.__dict__[self.name]
-
-    @contextlib.contextmanager
-    def replaced(self, make) -> Iterator[None]:
-        self._install()
+            setattr(owner, name, wrap(route) if wrap is not None else route)
+            entry = _INSTALLED[key] = [0, saved, base]
+        entry[0] += 1
+    try:
+        routes = _ROUTES.get()
+        token = _ROUTES.set({**routes, key: make(routes.get(key, entry[2]))})
         try:
             outer = self.current.get()
             token = self.current.set(make(outer if outer is not None else self.base))
@@ -228,44 +219,23 @@ class _Route:
             finally:
                 self.current.reset(token)
         finally:
-            self._uninstall()
-
-
-class _ApplyRoute(_Route):
-    """``torch.autograd.Function.apply``: a classmethod (up to torch 2.13) or a C++
-    ``classmethod_descriptor`` (2.14 on); ``__get__`` binds either to the class."""
-
-    def __init__(self) -> None:
-        super().__init__(torch.autograd.Function, "apply", wrap=classmethod)
-
-    def torch_own(self):
-        descriptor = self.owner.__dict__[self.name]
-
-        def original(cls: type, *args, **kwargs):
-            return descriptor.__get__(None, cls)(*args, **kwargs)
-
-        return original
-
-
-_ROUTES: dict = {}
-
-
-def _route(owner: object, name: str) -> _Route:
-    key = (id(owner), name)
-    if key not in _ROUTES:
-        _ROUTES.setdefault(key, _ApplyRoute() if owner is torch.autograd.Function
-                           and name == "apply" else _Route(owner, name))
-    return _ROUTES[key]
+            _ROUTES.reset(token)
+    finally:
+        with _INSTALL_LOCK:
+            entry[0] -= 1
+            if entry[0] == 0:
+                setattr(owner, name, entry[1])
+                del _INSTALLED[key]
 
 
 @contextlib.contextmanager
 def vmap_impl_replaced(make) -> Iterator[None]:
     """Route every ``torch.func.vmap`` call (``jacfwd``/``hessian``'s inner vmaps too) through
     ``make(original_vmap_impl)`` while the block runs (torch._functorch.apis.vmap_impl), in this
-    context only (:class:`_Route`)."""
+    context only (:func:`_routed`)."""
     import torch._functorch.apis as apis
 
-    with _route(apis, "vmap_impl").replaced(make):
+    with _routed(apis, "vmap_impl", make):
         yield
 
 
@@ -302,9 +272,15 @@ def function_is_old_style(cls: type) -> bool:
 @contextlib.contextmanager
 def function_apply_replaced(make) -> Iterator[None]:
     """``torch.autograd.Function.apply`` as ``make(original)`` while the block runs, in this
-    context only (:class:`_Route`), where ``original(cls, *args, **kwargs)`` is torch's ``apply``
-    for ``cls`` (or the enclosing block's replacement)."""
-    with _route(torch.autograd.Function, "apply").replaced(make):
+    context only (:func:`_routed`), where ``original(cls, *args, **kwargs)`` is torch's ``apply``
+    for ``cls``: a Python classmethod up to torch 2.13, a C++ ``classmethod_descriptor`` (no
+    ``__func__``) from 2.14 on; ``__get__`` binds either to ``cls``."""
+    def original(descriptor):
+        def apply(cls: type, *args, **kwargs):
+            return descriptor.__get__(None, cls)(*args, **kwargs)
+        return apply
+
+    with _routed(torch.autograd.Function, "apply", make, original=original, wrap=classmethod):
         yield
 
 
