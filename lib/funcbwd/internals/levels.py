@@ -212,12 +212,7 @@ def _routed(owner: Any, name: str, make, original=None, wrap=None) -> Iterator[N
         routes = _ROUTES.get()
         token = _ROUTES.set({**routes, key: make(routes.get(key, entry[2]))})
         try:
-            outer = self.current.get()
-            token = self.current.set(make(outer if outer is not None else self.base))
-            try:
-                yield
-            finally:
-                self.current.reset(token)
+            yield
         finally:
             _ROUTES.reset(token)
     finally:
