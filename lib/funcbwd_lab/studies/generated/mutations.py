@@ -55,20 +55,37 @@ def _public(name: str, value: Any) -> Iterator[None]:
             delattr(funcbwd, name)
 
 
+#: (id(owner), name) -> [blocks patching it now, the attribute as it was (or _ABSENT)]
+_PATCHED: dict[tuple, list] = {}
+_PATCH_LOCK = threading.Lock()
+_ABSENT = object()
+
+
 @contextlib.contextmanager
 def _attrs(owner: Any, **values: Any) -> Iterator[None]:
-    """Attributes of ``owner`` replaced for the block (class attributes shadowed, then removed)."""
-    old = {k: owner.__dict__[k] for k in values if k in owner.__dict__}
-    for k, v in values.items():
-        setattr(owner, k, v)
+    """Attributes of ``owner`` replaced for the block (class attributes shadowed, then removed).
+    Blocks in several threads at once (the ``threads`` programs call a mutated function from two
+    threads) share one patch: the first saves what was there, the last puts it back (a save per
+    block left the mutation in place for the rest of the process when two blocks interleaved)."""
+    with _PATCH_LOCK:
+        for k, v in values.items():
+            entry = _PATCHED.setdefault((id(owner), k), [0, owner.__dict__.get(k, _ABSENT)])
+            if entry[0] == 0:
+                setattr(owner, k, v)
+            entry[0] += 1
     try:
         yield
     finally:
-        for k in values:
-            if k in old:
-                setattr(owner, k, old[k])
-            else:
-                delattr(owner, k)
+        with _PATCH_LOCK:
+            for k in values:
+                entry = _PATCHED[(id(owner), k)]
+                entry[0] -= 1
+                if entry[0] == 0:
+                    del _PATCHED[(id(owner), k)]
+                    if entry[1] is _ABSENT:
+                        delattr(owner, k)
+                    else:
+                        setattr(owner, k, entry[1])
 
 
 def _decorator_wrapping(wrap: Callable[[Callable], Callable]) -> Callable[[], ContextManager]:
