@@ -186,6 +186,9 @@ def fixable(error: BaseException) -> bool:
     the per-sample loop: a vmap there runs its own retries)."""
     if isinstance(error, InplaceModeError):
         return True
+    from funcbwd.internals.messages import forward_ad_missing  # the eager stage's (funcbwd.eager)
+    if forward_ad_missing(error):
+        return True
     text = str(error)
     return isinstance(error, RuntimeError) and any(m in text for m in _FIXABLE)
 

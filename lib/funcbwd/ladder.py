@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from funcbwd import internals, scope
+from funcbwd import eager, internals, scope
 from funcbwd.cache import LRU
 from funcbwd.errors import (FuncbwdError, LoopInstead, NeedsMode, StateWriteError, first_line,
                             fixable)
@@ -217,7 +217,7 @@ def _attempts(func: Any, c: Call, key: tuple, rng: dict, journal: Journal) -> An
             raise
         plain = e
     failures = []
-    for stage in STAGES if isinstance(c, Call) else STAGES[:-1]:
+    for stage in STAGES if isinstance(c, Call) else (*STAGES[:-1], eager.STAGE):
         _start_over(rng, journal)
         try:
             with scope.entered(retrying=True):
@@ -425,7 +425,7 @@ STAGES = (
     Stage("functionalized", _functionalized_stage, "the function as funcbwd.functionalized"),
     Stage("per-sample loop", _loop_stage, "once per batch entry (slow, exact)"),
 )
-STAGES_BY_NAME = {s.name: s for s in STAGES}
+STAGES_BY_NAME = {s.name: s for s in (*STAGES, eager.STAGE)}
 
 
 def refuse_unknown_policy(state_writes: str) -> None:

@@ -1,0 +1,297 @@
+"""The grad transforms' last resort: the same result computed with eager ``torch.autograd``.
+
+Some functions torch.func cannot run at all, though eager autograd can: they call
+``torch.autograd.grad`` or ``requires_grad_()`` inside (zuko's flows), use an old-style
+``autograd.Function`` (``forward(ctx, ...)``, no ``setup_context``) or an op with no forward-mode
+formula (``grid_sample``, ``_cdist_forward``). For the grad transforms' implementations the mode
+routes (``grad_and_value_impl``; ``_vjp_with_argnums``: vjp, jacrev; ``_jvp_with_argnums``: jvp,
+jacfwd), :data:`STAGE` runs after torch's own transform and the other stages failed, and only
+where the call is outermost (no functorch level around it, :func:`funcbwd.internals.
+stack_depth` 0): there a grad transform's answer *is* eager autograd's.
+
+* vjp: the outputs, and a ``vjp_fn`` built on ``torch.autograd.grad`` (``create_graph`` when
+  grad mode is on and the outputs reach a tensor of the caller's graph, so ``hessian =
+  jacfwd(jacrev(f))`` differentiates through it). torch's ``jacrev`` vmaps it over basis vectors
+  (the vmap is routed too; it falls to the per-sample loop over the basis if batched backward
+  cannot run).
+* jvp: ``J v`` with reverse mode (the function may have no forward-mode formula): the double-vjp
+  trick (``v`` pulled back through ``u -> J^T u``), or, where the backward is not differentiable
+  (``once_differentiable``, no double backward), one Jacobian row per output element.
+* grad_and_value: ``torch.autograd.grad`` of the scalar output.
+
+Under a vmap (``vmap(jacrev(f))``, jacfwd's vmap over basis vectors) the stage does not apply;
+the vmap's own per-sample loop stage then runs the transform once per entry, outermost, where it
+does. The inputs are made differentiable as ``torch.autograd.functional`` makes them (a view of
+an input that requires grad, a detached leaf otherwise), so the answer is the per-sample loop's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from funcbwd import internals, scope
+
+__all__ = ["STAGE", "NotOutermost", "eager_stage"]
+
+NAME = "eager autograd"
+
+
+class NotOutermost(RuntimeError):
+    """The eager stage met a functorch level around the call: its answer would not be the
+    transform's there (the enclosing vmap's per-sample loop runs it outermost instead)."""
+
+
+def eager_stage(func: Any, c: Any, journal: Any) -> Any:
+    """The stage: ``c`` (a :class:`funcbwd.ladder.TransformCall`) computed with eager autograd."""
+    impl = _IMPLS.get(getattr(c, "name", None))
+    if impl is None:
+        raise NotOutermost(f"{NAME} runs grad transforms only, not {type(c).__name__}")
+    if internals.stack_depth():
+        raise NotOutermost(f"{NAME} needs the call outermost; it runs under "
+                           f"{internals.format_stack()}")
+    # transforms the function calls (hessian's inner jacrev) retry on their own, as outermost
+    with scope.entered(retrying=False):
+        return impl(func, *c.args, **c.kwargs)
+
+
+# ------------------------------------------------------------------------------ the inputs
+def _positions(argnums: Any, n: int) -> list[int] | None:
+    if argnums is None:
+        return None
+    nums = [argnums] if isinstance(argnums, int) else list(argnums)
+    return [a + n if a < 0 else a for a in nums]
+
+
+def _differentiable(p: Any) -> Any:
+    """``p`` as ``torch.autograd.functional`` makes an input differentiable."""
+    if not isinstance(p, torch.Tensor):
+        raise RuntimeError(f"Thing passed to transform API must be Tensor, got {type(p)}")
+    if not (p.is_floating_point() or p.is_complex()):
+        raise RuntimeError("only Tensors of floating point dtype can require gradients")
+    return p.view_as(p) if p.requires_grad else p.detach().requires_grad_()
+
+
+def _diff_args(args: tuple, argnums: Any, as_tuple: bool) -> tuple[tuple, list, Any]:
+    """(args with the differentiated ones made differentiable, their flat leaves, the spec of
+    the differentiated part as torch slices it)."""
+    pos = _positions(argnums, len(args))
+    args = list(args)
+    for i in range(len(args)) if pos is None else pos:
+        flat, spec = tree_flatten(args[i])
+        args[i] = tree_unflatten([_differentiable(p) for p in flat], spec)
+    if pos is None:
+        diff = tuple(args)
+    elif isinstance(argnums, int) and not as_tuple:
+        diff = args[pos[0]]
+    else:
+        diff = tuple(args[i] for i in pos)
+    leaves, spec = tree_flatten(diff)
+    return tuple(args), leaves, spec
+
+
+def _keeps_graph(outputs: list, private: list) -> bool:
+    """True when grad mode is on and ``outputs`` reach a tensor of the caller's autograd graph
+    (not only the leaves this stage made): a caller may differentiate the result (hessian)."""
+    if not torch.is_grad_enabled():
+        return False
+    mine = {id(t) for t in private}
+    seen, todo = set(), []
+    for o in outputs:
+        if isinstance(o, torch.Tensor) and o.requires_grad:
+            if o.grad_fn is None and id(o) not in mine:
+                return True  # a leaf of the caller's
+            todo.append(o.grad_fn)
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)  # an AccumulateGrad: a leaf's
+        if variable is not None and id(variable) not in mine:
+            return True
+        todo.extend(n for n, _ in node.next_functions)
+    return False
+
+
+def _grad(outputs: list, inputs: list, cotangents: list | None, *, create_graph: bool,
+          retain_graph: bool | None = None) -> list:
+    """``torch.autograd.grad`` over the outputs that require grad; zeros for unused inputs."""
+    if cotangents is None:
+        pairs = [(o, None) for o in outputs if o.requires_grad]
+    else:
+        pairs = [(o, ct) for o, ct in zip(outputs, cotangents) if o.requires_grad]
+    if not pairs:
+        return [torch.zeros_like(i) for i in inputs]
+    outs = [o for o, _ in pairs]
+    cts = None if cotangents is None else [ct for _, ct in pairs]
+    got = torch.autograd.grad(outs, inputs, cts, retain_graph=retain_graph,
+                              create_graph=create_graph, allow_unused=True)
+    return [torch.zeros_like(i) if g is None else g for g, i in zip(got, inputs)]
+
+
+def _detached(tree: Any, keep: bool) -> Any:
+    if keep:
+        return tree
+    flat, spec = tree_flatten(tree)
+    return tree_unflatten([t.detach() if isinstance(t, torch.Tensor) else t for t in flat], spec)
+
+
+def _split_aux(out: Any, has_aux: bool, api: str) -> tuple[Any, Any]:
+    if not has_aux:
+        return out, None
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise RuntimeError(f"{api}: output of function f should be a tuple: (output, aux) "
+                           "if has_aux is True")
+    return out
+
+
+# ------------------------------------------------------------------------------ vjp
+def _vjp(func: Callable, *primals: Any, argnums: Any = None, has_aux: bool = False) -> Any:
+    with torch.enable_grad():
+        args, leaves, primals_spec = _diff_args(primals, argnums, as_tuple=False)
+        out, aux = _split_aux(func(*args), has_aux, "vjp(f, *primals)")
+    flat_out, out_spec = tree_flatten(out)
+    if not flat_out or not all(isinstance(o, torch.Tensor) for o in flat_out):
+        raise RuntimeError("vjp(f, *primals): Expected f to be a function that has non-empty "
+                           "output and whose outputs are Tensors")
+    keep = _keeps_graph(flat_out, leaves)
+
+    def vjp_fn(cotangents: Any, retain_graph: bool = True, create_graph: bool | None = None):
+        if create_graph is None:
+            create_graph = torch.is_grad_enabled()
+        create_graph = create_graph and keep
+        flat_cts, cts_spec = tree_flatten(cotangents)
+        if cts_spec != out_spec:
+            raise RuntimeError("Expected pytree structure of cotangents to be the same as "
+                               "pytree structure of outputs to the function")
+        with torch.enable_grad():
+            got = _grad(flat_out, leaves, flat_cts, create_graph=create_graph,
+                        retain_graph=retain_graph)
+        return tree_unflatten(_detached(got, create_graph), primals_spec)
+
+    vjp_fn.funcbwd_basis = True  # jacrev vmaps it over basis vectors, not samples
+    results = _detached(out, keep)
+    if has_aux:
+        return results, vjp_fn, _detached(aux, keep)
+    return results, vjp_fn
+
+
+# ------------------------------------------------------------------------------ jvp
+def _jvp(func: Callable, primals: Any, tangents: Any, argnums: Any = None, *,
+         strict: bool = False, has_aux: bool = False) -> Any:
+    if not isinstance(primals, tuple):
+        raise RuntimeError("jvp(f, primals, tangents): Expected primals to be a tuple")
+    flat_tangents, _ = tree_flatten(tangents)
+    with torch.enable_grad():
+        args, leaves, _ = _diff_args(primals, argnums, as_tuple=True)
+        out, aux = _split_aux(func(*args), has_aux, "jvp(f, primals, tangents)")
+    flat_out, out_spec = tree_flatten(out)
+    if not flat_out or not all(isinstance(o, torch.Tensor) for o in flat_out):
+        raise RuntimeError("jvp(f, primals, tangents): Expected f to be a function that has "
+                           "non-empty output and whose outputs are Tensors")
+    if len(flat_tangents) != len(leaves):
+        raise RuntimeError("jvp(f, primals, tangents): Expected primals and tangents to have "
+                           "the same python structure")
+    keep = _keeps_graph(flat_out + flat_tangents, leaves)
+    with torch.enable_grad():
+        try:
+            jv = _jv_double_vjp(flat_out, leaves, flat_tangents, keep)
+        except _NotTwice:
+            jv = _jv_rows(flat_out, leaves, flat_tangents, keep)
+    primals_out = _detached(out, keep)
+    tangents_out = tree_unflatten(_detached(jv, keep), out_spec)
+    if has_aux:
+        return primals_out, tangents_out, _detached(aux, keep)
+    return primals_out, tangents_out
+
+
+class _NotTwice(Exception):
+    """The backward is not differentiable: ``J v`` by rows instead."""
+
+
+def _jv_double_vjp(outs: list, xs: list, vs: list, keep: bool) -> list:
+    """``J v`` as the derivative of ``u -> J^T u`` (linear in ``u``) along ``v``."""
+    diff = [o for o in outs if o.requires_grad]
+    if not diff:
+        return [torch.zeros_like(o) for o in outs]
+    us = [torch.zeros_like(o, requires_grad=True) for o in diff]
+    try:
+        gs = torch.autograd.grad(diff, xs, us, create_graph=True, allow_unused=True)
+        pairs = [(g, v) for g, v in zip(gs, vs) if g is not None]
+        # every gradient must be a recorded function of u, else the backward is not differentiable
+        if any(g.grad_fn is None for g, _ in pairs):
+            raise _NotTwice()
+        if not pairs:
+            jv = [None] * len(us)
+        else:
+            jv = torch.autograd.grad([g for g, _ in pairs], us, [v for _, v in pairs],
+                                     create_graph=keep, allow_unused=True)
+    except RuntimeError as e:
+        raise _NotTwice() from e
+    jv = iter(jv)
+    out = []
+    for o in outs:
+        if o.requires_grad:
+            j = next(jv)
+            out.append(torch.zeros_like(o) if j is None else j)
+        else:
+            out.append(torch.zeros_like(o))
+    return out
+
+
+def _jv_rows(outs: list, xs: list, vs: list, keep: bool) -> list:
+    """``J v`` one Jacobian row (one output element's gradient) at a time."""
+    out = []
+    for o in outs:
+        if not o.requires_grad:
+            out.append(torch.zeros_like(o))
+            continue
+        flat = o.reshape(-1)
+        entries = []
+        for k in range(flat.numel()):
+            row = torch.autograd.grad(flat[k], xs, retain_graph=True, create_graph=keep,
+                                      allow_unused=True)
+            terms = [(r * v).sum() for r, v in zip(row, vs) if r is not None]
+            entries.append(sum(terms) if terms else flat.new_zeros(()))
+        out.append(torch.stack(entries).reshape(o.shape) if entries else torch.zeros_like(o))
+    return out
+
+
+# ------------------------------------------------------------------------------ grad
+def _grad_and_value(func: Callable, argnums: Any, has_aux: bool, args: tuple,
+                    kwargs: dict) -> Any:
+    with torch.enable_grad():
+        args, leaves, spec = _diff_args(args, argnums, as_tuple=False)
+        output, aux = _split_aux(func(*args, **kwargs), has_aux, "grad_and_value(f)(*args)")
+        if not isinstance(output, torch.Tensor):
+            raise RuntimeError("grad_and_value(f)(*args): Expected f(*args) to return a Tensor, "
+                               f"got {type(output)}")
+        if output.dim() != 0:
+            raise RuntimeError("grad_and_value(f)(*args): Expected f(*args) to return a scalar "
+                               f"Tensor, got tensor with {output.dim()} dims")
+        keep = _keeps_graph([output], leaves)
+        grads = _grad([output], leaves, None, create_graph=keep)
+    grad_input = tree_unflatten(_detached(grads, keep), spec)
+    output = _detached(output, keep)
+    if has_aux:
+        return grad_input, (output, _detached(aux, keep))
+    return grad_input, output
+
+
+_IMPLS = {"_vjp_with_argnums": _vjp, "_jvp_with_argnums": _jvp,
+          "grad_and_value_impl": _grad_and_value}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stage:  # the fields of funcbwd.ladder.Stage (ladder imports this module)
+    name: str
+    run: Callable[[Any, Any, Any], Any]
+    doc: str
+
+
+#: tried after the other stages for a grad transform's call (funcbwd.ladder._attempts)
+STAGE = _Stage(NAME, eager_stage, "the grad transform with eager torch.autograd (outermost)")
