@@ -232,15 +232,38 @@ def _jv_double_vjp(outs: list, xs: list, vs: list, keep: bool) -> list:
                                      create_graph=keep, allow_unused=True)
     except RuntimeError as e:
         raise _NotTwice() from e
+    jv = [torch.zeros_like(u) if j is None else j for j, u in zip(jv, us)]
+    if not _certified(diff, xs, vs, jv):
+        raise _NotTwice()
     jv = iter(jv)
     out = []
     for o in outs:
         if o.requires_grad:
-            j = next(jv)
-            out.append(torch.zeros_like(o) if j is None else j)
+            out.append(next(jv))
         else:
             out.append(torch.zeros_like(o))
     return out
+
+
+def _certified(outs: list, xs: list, vs: list, jv: list) -> bool:
+    """``r . (J v) == (J^T r) . v`` for a random ``r`` (one ordinary backward): the double-vjp
+    is silently wrong where part of the backward is not recorded as a function of ``u``
+    (``once_differentiable`` detaches its outputs; a Python backward may ``.detach()``), and that
+    part then drops out of ``J v`` but not out of ``J^T r``. A mismatch beyond rounding: rows.
+    ``r`` comes from a generator of its own (the caller's random state is not drawn from)."""
+    if any(o.is_complex() for o in outs):
+        return False
+    gen = torch.Generator(device=outs[0].device).manual_seed(0)
+    rs = [torch.randn(o.shape, generator=gen, dtype=o.dtype, device=o.device) for o in outs]
+    jtr = torch.autograd.grad(outs, xs, rs, retain_graph=True, allow_unused=True)
+    with torch.no_grad():
+        left = [(r * w.detach()).sum() for r, w in zip(rs, jv)]
+        right = [(j * v.detach()).sum() for j, v in zip(jtr, vs) if j is not None]
+        lhs, rhs = sum(left, torch.zeros(())), sum(right, torch.zeros(()))
+        scale = sum((t.abs() for t in left + right), torch.zeros(()))
+        tol = torch.finfo(outs[0].dtype).eps ** 0.5
+        return bool(torch.isfinite(lhs) & torch.isfinite(rhs)) and \
+            float((lhs - rhs).abs()) <= tol * (float(scale) + 1e-30)
 
 
 def _jv_rows(outs: list, xs: list, vs: list, keep: bool) -> list:
