@@ -168,9 +168,17 @@ def _vjp(func: Callable, *primals: Any, argnums: Any = None, has_aux: bool = Fal
         if cts_spec != out_spec:
             raise RuntimeError("Expected pytree structure of cotangents to be the same as "
                                "pytree structure of outputs to the function")
-        with torch.enable_grad():
-            got = _grad(flat_out, leaves, flat_cts, create_graph=create_graph,
-                        retain_graph=retain_graph)
+        try:
+            with torch.enable_grad():
+                got = _grad(flat_out, leaves, flat_cts, create_graph=create_graph,
+                            retain_graph=retain_graph)
+        except Exception as e:
+            if internals.stack_depth():
+                # batched cotangents (jacrev's vmap over basis vectors): a backward that cannot
+                # run batched (a Function's Python backward calling torch.autograd.grad) runs
+                # one cotangent at a time in the vmap's per-sample loop, outermost
+                e.funcbwd_per_entry = True
+            raise
         return tree_unflatten(_detached(got, create_graph), primals_spec)
 
     vjp_fn.funcbwd_basis = True  # jacrev vmaps it over basis vectors, not samples
@@ -316,5 +324,14 @@ class _Stage:  # the fields of funcbwd.ladder.Stage (ladder imports this module)
     doc: str
 
 
-#: tried after the other stages for a grad transform's call (funcbwd.ladder._attempts)
+#: tried for a grad transform's call after torch's own failed (funcbwd.ladder._attempts)
 STAGE = _Stage(NAME, eager_stage, "the grad transform with eager torch.autograd (outermost)")
+
+
+def ordered(stages: tuple) -> tuple:
+    """The stages for a grad transform's call, :data:`STAGE` among them: first where the call is
+    outermost (eager autograd's answer is the transform's there, by definition; the other stages
+    may answer the call yet hand back a ``vjp_fn`` that fails later, under jacrev's vmap: a
+    converted old-style Function whose backward calls ``torch.autograd.grad``, zuko's
+    ``GaussLegendre``), last otherwise (it then says why it cannot apply)."""
+    return (STAGE, *stages) if not internals.stack_depth() else (*stages, STAGE)

@@ -184,7 +184,7 @@ _FIXABLE = {
 def fixable(error: BaseException) -> bool:
     """True for an error the retry stages exist for (or the mode's own refusal inside an entry of
     the per-sample loop: a vmap there runs its own retries)."""
-    if isinstance(error, InplaceModeError):
+    if isinstance(error, InplaceModeError) or getattr(error, "funcbwd_per_entry", False):
         return True
     from funcbwd.internals.messages import forward_ad_missing  # the eager stage's (funcbwd.eager)
     if forward_ad_missing(error):

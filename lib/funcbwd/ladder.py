@@ -217,7 +217,7 @@ def _attempts(func: Any, c: Call, key: tuple, rng: dict, journal: Journal) -> An
             raise
         plain = e
     failures = []
-    for stage in STAGES if isinstance(c, Call) else (*STAGES[:-1], eager.STAGE):
+    for stage in STAGES if isinstance(c, Call) else eager.ordered(STAGES[:-1]):
         _start_over(rng, journal)
         try:
             with scope.entered(retrying=True):
