@@ -205,9 +205,26 @@ def test_differentiable_through_the_caller():
 
 
 def test_caller_state_written_once():
-    """A write into the caller's tensor before the failing call: the retries start from the
-    caller's state as it was (the journal), the answer's run writes it once."""
-    count = torch.zeros(())
+    """A write into the caller's tensor in a function torch.func cannot run: the failed attempts'
+    writes are put back (the journal), the eager run writes it once, as eager autograd does."""
+    count = torch.zeros((), dtype=D)
+
+    def f(x):
+        count.add_(1)
+        return autograd_inside(x)
+
+    x = xs(1)[0]
+    torch.testing.assert_close(funcbwd.jacrev(f)(x), af_jacobian(autograd_inside, x))
+    assert count.item() == 1.0
+
+
+def test_caller_state_written_per_basis_vector_is_refused():
+    """jacfwd runs the function once per basis vector (the per-sample loop over the basis): its
+    write would repeat 3 times where eager autograd writes once: refused, nothing left; under
+    state_writes="discard" the answer, the tensor given back as it was."""
+    from funcbwd.errors import StateWriteError
+
+    count = torch.zeros((), dtype=D)
 
     def f(x):
         count.add_(1)
@@ -216,10 +233,12 @@ def test_caller_state_written_once():
     x = xs(1)[0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got = funcbwd.jacfwd(f)(x)
+        with pytest.raises(StateWriteError, match="once per basis vector"):
+            funcbwd.jacfwd(f)(x)
+        assert count.item() == 0.0
+        got = funcbwd.jacfwd(f, state_writes="discard")(x)
     torch.testing.assert_close(got, af_jacobian(autograd_inside, x))
-    # jacfwd's answer is the loop over 3 basis vectors, each one run of f
-    assert count.item() == 3.0
+    assert count.item() == 0.0
 
 
 def test_not_outermost_is_one_clear_error():

@@ -27,13 +27,16 @@ an input that requires grad, a detached leaf otherwise), so the answer is the pe
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from funcbwd import internals, scope
+from funcbwd.errors import StateWriteError, user_line
 
 __all__ = ["STAGE", "NotOutermost", "eager_stage"]
 
@@ -53,9 +56,59 @@ def eager_stage(func: Any, c: Any, journal: Any) -> Any:
     if internals.stack_depth():
         raise NotOutermost(f"{NAME} needs the call outermost; it runs under "
                            f"{internals.format_stack()}")
-    # transforms the function calls (hessian's inner jacrev) retry on their own, as outermost
-    with scope.entered(retrying=False):
-        return impl(func, *c.args, **c.kwargs)
+    # the grad transforms the function calls (hessian's inner jacrev) run outermost too: eager
+    # autograd's answer is theirs, and torch's may fail only later (its vjp_fn under jacrev's
+    # vmap: torchdiffeq's custom Function's output view written); a vmap they call pushes a
+    # level, and what runs under it goes through the mode's ladder as before
+    entry = _LOOP_ENTRY.get()
+    if entry is None:
+        with internals.transforms_routed(lambda original: original, _outermost_eager), \
+                scope.entered(retrying=False):
+            return impl(func, *c.args, **c.kwargs)
+    from funcbwd.inplace import InplaceMode  # the caller's tensors saved before a write
+
+    with internals.transforms_routed(lambda original: original, _outermost_eager), \
+            scope.entered(retrying=False), InplaceMode(watch=True, journal=journal):
+        out = impl(func, *c.args, **c.kwargs)
+    policy = scope.current().state_writes
+    if journal and policy != "discard" and (entry == "basis" or policy == "refuse"):
+        raise StateWriteError(
+            f"a write into a tensor the caller owns (at {user_line()}) by a function funcbwd "
+            f"runs with eager autograd once per {'basis vector' if entry == 'basis' else 'entry'}"
+            " of a vmap: " + ("jacfwd/hessian would repeat it once per basis vector, where eager "
+                              "autograd writes once" if entry == "basis" else
+                              "each entry would see the ones before") +
+            ". Pass state_writes='discard' (the tensor is given back as it was)"
+            + ("" if entry == "basis" else " or state_writes='loop'") +
+            ", or clone it in the function")
+    return out
+
+
+#: "basis" / "samples" while an entry of the mode's per-sample loop stage runs (None: none)
+_LOOP_ENTRY: contextvars.ContextVar = contextvars.ContextVar("funcbwd_eager_entry", default=None)
+
+
+@contextlib.contextmanager
+def loop_entry(basis: bool) -> Iterator[None]:
+    """The block is one entry of the per-sample loop stage (:func:`funcbwd.ladder._loop_stage`)
+    over basis vectors (jacrev/jacfwd/hessian's) or samples: an eager run there that writes the
+    caller's state is refused (it would repeat per basis vector, or per sample under
+    ``state_writes="refuse"``)."""
+    token = _LOOP_ENTRY.set("basis" if basis else "samples")
+    try:
+        yield
+    finally:
+        _LOOP_ENTRY.reset(token)
+
+
+def _outermost_eager(original: Callable, name: str) -> Callable:
+    def impl(func, *args, **kwargs):
+        if internals.stack_depth():
+            return original(func, *args, **kwargs)
+        with scope.entered(retrying=False):
+            return _IMPLS[name](func, *args, **kwargs)
+
+    return impl
 
 
 # ------------------------------------------------------------------------------ the inputs

@@ -165,6 +165,7 @@ _FIXABLE = {
     "must override the setup_context": "an old-style autograd.Function",
     "does not have vmap support": "a custom Function without a vmap rule",
     "is a view and is being modified inplace": "unbind/split views written",
+    "its base or another view of its base has been modified inplace": "a Function's view written",
     "do not allow the output views to be modified inplace": "multi-output views written",
     "doesn't match the broadcast shape": "an unbatched out= / in-place target",
     "We could not generate a fallback": "an op with no batching rule and no fallback",

@@ -394,7 +394,7 @@ def _loop_stage(func: Any, c: Call, journal: Journal) -> Any:
             journal.restore()
         sample = [a.select(d, i) if d is not None else a for a, d in zip(flat, dims)]
         args = internals.unflatten(sample, spec)
-        with scope.entered(retrying=False, samples=frozenset()):  # a vmap inside retries itself
+        with scope.entered(retrying=False, samples=frozenset()), eager.loop_entry(not c.samples):
             if i == 0 or discard or journal:
                 with InplaceMode(watch=True, journal=journal):
                     outs.append(func(*args, **c.kwargs))
