@@ -36,11 +36,16 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from funcbwd import internals, scope
-from funcbwd.errors import StateWriteError, user_line
+from funcbwd.errors import user_line
 
-__all__ = ["STAGE", "NotOutermost", "eager_stage"]
+__all__ = ["STAGE", "NotOutermost", "StepsAside", "eager_stage", "loop_entry", "ordered"]
 
 NAME = "eager autograd"
+
+
+class StepsAside(RuntimeError):
+    """The eager run wrote the caller's state inside an entry of the per-sample loop stage, where
+    that write would repeat: the other stages decide."""
 
 
 class NotOutermost(RuntimeError):
@@ -72,15 +77,13 @@ def eager_stage(func: Any, c: Any, journal: Any) -> Any:
         out = impl(func, *c.args, **c.kwargs)
     policy = scope.current().state_writes
     if journal and policy != "discard" and (entry == "basis" or policy == "refuse"):
-        raise StateWriteError(
-            f"a write into a tensor the caller owns (at {user_line()}) by a function funcbwd "
-            f"runs with eager autograd once per {'basis vector' if entry == 'basis' else 'entry'}"
-            " of a vmap: " + ("jacfwd/hessian would repeat it once per basis vector, where eager "
-                              "autograd writes once" if entry == "basis" else
-                              "each entry would see the ones before") +
-            ". Pass state_writes='discard' (the tensor is given back as it was)"
-            + ("" if entry == "basis" else " or state_writes='loop'") +
-            ", or clone it in the function")
+        # the other stages decide (as before this stage existed): their refusals name the cause
+        raise StepsAside(
+            f"the function writes a tensor the caller owns (at {user_line()}) and runs once per "
+            f"{'basis vector' if entry == 'basis' else 'entry'} of a vmap here: "
+            + ("eager autograd writes it once, jacfwd/hessian would write it once per basis "
+               "vector" if entry == "basis" else "each entry would see the ones before")
+            + "; state_writes='discard' gives it back as it was")
     return out
 
 
@@ -92,8 +95,8 @@ _LOOP_ENTRY: contextvars.ContextVar = contextvars.ContextVar("funcbwd_eager_entr
 def loop_entry(basis: bool) -> Iterator[None]:
     """The block is one entry of the per-sample loop stage (:func:`funcbwd.ladder._loop_stage`)
     over basis vectors (jacrev/jacfwd/hessian's) or samples: an eager run there that writes the
-    caller's state is refused (it would repeat per basis vector, or per sample under
-    ``state_writes="refuse"``)."""
+    caller's state steps aside for the other stages (the write would repeat per basis vector, or
+    per sample under ``state_writes="refuse"``)."""
     token = _LOOP_ENTRY.set("basis" if basis else "samples")
     try:
         yield
