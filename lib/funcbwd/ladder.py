@@ -394,6 +394,7 @@ def _loop_stage(func: Any, c: Call, journal: Journal) -> Any:
             journal.restore()
         sample = [a.select(d, i) if d is not None else a for a, d in zip(flat, dims)]
         args = internals.unflatten(sample, spec)
+        # a vmap inside retries itself; an eager stage inside knows it runs in a loop entry
         with scope.entered(retrying=False, samples=frozenset()), eager.loop_entry(not c.samples):
             if i == 0 or discard or journal:
                 with InplaceMode(watch=True, journal=journal):
