@@ -70,13 +70,17 @@ def eager_stage(func: Any, c: Any, journal: Any) -> Any:
         with internals.transforms_routed(lambda original: original, _outermost_eager), \
                 scope.entered(retrying=False):
             return impl(func, *c.args, **c.kwargs)
-    from funcbwd.inplace import InplaceMode  # the caller's tensors saved before a write
-
-    with internals.transforms_routed(lambda original: original, _outermost_eager), \
-            scope.entered(retrying=False), InplaceMode(watch=True, journal=journal):
-        out = impl(func, *c.args, **c.kwargs)
+    before = _live_storages()
+    token = _WATCHED.set(journal)
+    try:
+        with internals.transforms_routed(lambda original: original, _outermost_eager), \
+                scope.entered(retrying=False):
+            out = impl(func, *c.args, **c.kwargs)
+    finally:
+        _WATCHED.reset(token)
     policy = scope.current().state_writes
-    if journal and policy != "discard" and (entry == "basis" or policy == "refuse"):
+    if _wrote_callers(journal, before) and policy != "discard" and (
+            entry == "basis" or policy == "refuse"):
         # the other stages decide (as before this stage existed): their refusals name the cause
         raise StepsAside(
             f"the function writes a tensor the caller owns (at {user_line()}) and runs once per "
@@ -85,6 +89,56 @@ def eager_stage(func: Any, c: Any, journal: Any) -> Any:
                "vector" if entry == "basis" else "each entry would see the ones before")
             + "; state_writes='discard' gives it back as it was")
     return out
+
+
+def _live_storages() -> set:
+    """The storages of every tensor alive now: what the caller (or anything) owns before the run.
+    A write the watch saves into a storage made during the run (torchdiffeq's ``scratch.data[i]
+    = v``: a ``.data`` alias of a tensor the function made) is not the caller's."""
+    import gc
+
+    out = set()
+    for o in gc.get_objects():
+        if isinstance(o, torch.Tensor):
+            try:
+                ptr = internals.dense(o).untyped_storage().data_ptr()
+            except (RuntimeError, NotImplementedError):  # sparse, meta, ...
+                continue
+            if ptr:
+                out.add(ptr)
+    return out
+
+
+def _wrote_callers(journal: Any, before: set) -> bool:
+    """True if the run wrote a tensor whose storage was alive before it (the journal's saved
+    tensors; any stand-in it lent counts)."""
+    if journal.has_stand_ins():
+        return True
+    for t, _ in journal._saved.values():  # the journal's record of the tensors written
+        try:
+            if internals.dense(t).untyped_storage().data_ptr() in before:
+                return True
+        except (RuntimeError, NotImplementedError):
+            return True
+    return False
+
+
+#: the journal the function's forward runs watched into, in a loop entry (None: unwatched)
+_WATCHED: contextvars.ContextVar = contextvars.ContextVar("funcbwd_eager_watched", default=None)
+
+
+def _forward(func: Callable, *args: Any, **kwargs: Any) -> Any:
+    """The function's forward, watched in a loop entry: the caller's tensors it writes saved in
+    the journal (:class:`funcbwd.inplace.InplaceMode`). Only the forward: a Python backward
+    writing into the gradients autograd's engine hands it (torchdiffeq's adjoint) writes nothing
+    of the caller's, but the watch could not tell those tensors from the caller's."""
+    journal = _WATCHED.get()
+    if journal is None:
+        return func(*args, **kwargs)
+    from funcbwd.inplace import InplaceMode
+
+    with InplaceMode(watch=True, journal=journal):
+        return func(*args, **kwargs)
 
 
 #: "basis" / "samples" while an entry of the mode's per-sample loop stage runs (None: none)
@@ -209,7 +263,7 @@ def _split_aux(out: Any, has_aux: bool, api: str) -> tuple[Any, Any]:
 def _vjp(func: Callable, *primals: Any, argnums: Any = None, has_aux: bool = False) -> Any:
     with torch.enable_grad():
         args, leaves, primals_spec = _diff_args(primals, argnums, as_tuple=False)
-        out, aux = _split_aux(func(*args), has_aux, "vjp(f, *primals)")
+        out, aux = _split_aux(_forward(func, *args), has_aux, "vjp(f, *primals)")
     flat_out, out_spec = tree_flatten(out)
     if not flat_out or not all(isinstance(o, torch.Tensor) for o in flat_out):
         raise RuntimeError("vjp(f, *primals): Expected f to be a function that has non-empty "
@@ -252,7 +306,7 @@ def _jvp(func: Callable, primals: Any, tangents: Any, argnums: Any = None, *,
     flat_tangents, _ = tree_flatten(tangents)
     with torch.enable_grad():
         args, leaves, _ = _diff_args(primals, argnums, as_tuple=True)
-        out, aux = _split_aux(func(*args), has_aux, "jvp(f, primals, tangents)")
+        out, aux = _split_aux(_forward(func, *args), has_aux, "jvp(f, primals, tangents)")
     flat_out, out_spec = tree_flatten(out)
     if not flat_out or not all(isinstance(o, torch.Tensor) for o in flat_out):
         raise RuntimeError("jvp(f, primals, tangents): Expected f to be a function that has "
@@ -353,7 +407,8 @@ def _grad_and_value(func: Callable, argnums: Any, has_aux: bool, args: tuple,
                     kwargs: dict) -> Any:
     with torch.enable_grad():
         args, leaves, spec = _diff_args(args, argnums, as_tuple=False)
-        output, aux = _split_aux(func(*args, **kwargs), has_aux, "grad_and_value(f)(*args)")
+        output, aux = _split_aux(_forward(func, *args, **kwargs), has_aux,
+                                 "grad_and_value(f)(*args)")
         if not isinstance(output, torch.Tensor):
             raise RuntimeError("grad_and_value(f)(*args): Expected f(*args) to return a Tensor, "
                                f"got {type(output)}")
