@@ -91,25 +91,27 @@ def eager_stage(func: Any, c: Any, journal: Any) -> Any:
     return out
 
 
-def _live_storages() -> set:
+def _live_storages() -> dict:
     """The storages of every tensor alive now: what the caller (or anything) owns before the run.
     A write the watch saves into a storage made during the run (torchdiffeq's ``scratch.data[i]
     = v``: a ``.data`` alias of a tensor the function made) is not the caller's."""
     import gc
 
-    out = set()
+    out = {}
     for o in gc.get_objects():
-        if isinstance(o, torch.Tensor):
+        if issubclass(type(o), torch.Tensor):  # not isinstance: a dead weakref.proxy raises
             try:
-                ptr = internals.dense(o).untyped_storage().data_ptr()
-            except (RuntimeError, NotImplementedError):  # sparse, meta, ...
+                storage = internals.dense(o).untyped_storage()
+                ptr = storage.data_ptr()
+            except Exception:  # noqa: BLE001 - sparse, meta, fake tensors: no caller storage
                 continue
             if ptr:
-                out.add(ptr)
+                # held for the run: a tensor freed meanwhile cannot lend its address to a new one
+                out[ptr] = storage
     return out
 
 
-def _wrote_callers(journal: Any, before: set) -> bool:
+def _wrote_callers(journal: Any, before: dict) -> bool:
     """True if the run wrote a tensor whose storage was alive before it (the journal's saved
     tensors; any stand-in it lent counts)."""
     if journal.has_stand_ins():
@@ -118,7 +120,7 @@ def _wrote_callers(journal: Any, before: set) -> bool:
         try:
             if internals.dense(t).untyped_storage().data_ptr() in before:
                 return True
-        except (RuntimeError, NotImplementedError):
+        except Exception:  # noqa: BLE001 - no storage to tell by: counted as the caller's
             return True
     return False
 
