@@ -180,11 +180,17 @@ LIBRARY = {
     ("roma.euler_to_rotmat", "vmap_jacrev"): ("fixed", "in-place writes into fresh tensors"),
     ("einops.rearrange", "vmap_jacrev"): ("pass", "a control: no in-place write"),
     ("nflows.transforms.ActNorm", "jacrev"): (
-        "refused", "p.data = a tracked value: plain torch crashes (segfault); refused"),
+        "fixed", "p.data = a tracked value: plain torch crashes (segfault); no vmap around it: "
+                 "eager autograd's answer (funcbwd.eager), the .data write as eager makes it"),
     ("torchaudio.functional.dcshift", "vmap"): (
         "fixed", "writes its own input: the second call once ran the graph check on it"),
     ("zuko.flows.SOSPF", "jacfwd"): (
-        "fails", "GaussLegendre's backward is once_differentiable: no forward rule from it"),
+        "fixed", "GaussLegendre's backward is once_differentiable: no forward rule from it; "
+                 "J v by reverse mode, one Jacobian row at a time (funcbwd.eager)"),
+    ("zuko.flows.NAF", "hessian"): (
+        "fixed", "torch.autograd.grad inside log_prob: eager autograd per basis vector"),
+    ("torchdiffeq.odeint(dopri5)", "hessian"): (
+        "fixed", "a custom Function's output view written: the inner jacrev eager too"),
 }
 
 
@@ -237,7 +243,10 @@ def test_library_call(key):
         warnings.simplefilter("ignore")
         got, detail = verdict(run_cell(case, transform, ("plain", "mode")))
     if case.isolate:  # plain ran in a child process: it crashed there, not here
-        assert "crashed the process" in run_cell(case, transform, ("plain",))["plain"]["message"]
+        # torch's bug ends the child either way: a segfault, or (seen under pytest once the mode
+        # answered ActNorm's jacrev in this process) its INTERNAL ASSERT on the grad level
+        message = run_cell(case, transform, ("plain",))["plain"]["message"]
+        assert "crashed the process" in message or "INTERNAL ASSERT FAILED" in message, message
     if expected in ("fails", "wrong") and got in ("fixed", "pass"):
         pytest.fail(f"unexpected success: {name} {transform} is now {got} ({why}); update "
                     "LIBRARY and re-run the study")

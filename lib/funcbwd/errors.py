@@ -171,6 +171,7 @@ _FIXABLE = {
     "must override the setup_context": "an old-style autograd.Function",
     "does not have vmap support": "a custom Function without a vmap rule",
     "is a view and is being modified inplace": "unbind/split views written",
+    "its base or another view of its base has been modified inplace": "a Function's view written",
     "do not allow the output views to be modified inplace": "multi-output views written",
     "doesn't match the broadcast shape": "an unbatched out= / in-place target",
     "We could not generate a fallback": "an op with no batching rule and no fallback",
@@ -190,7 +191,10 @@ _FIXABLE = {
 def fixable(error: BaseException) -> bool:
     """True for an error the retry stages exist for (or the mode's own refusal inside an entry of
     the per-sample loop: a vmap there runs its own retries)."""
-    if isinstance(error, InplaceModeError):
+    if isinstance(error, InplaceModeError) or getattr(error, "funcbwd_per_entry", False):
+        return True
+    from funcbwd.internals.messages import forward_ad_missing  # the eager stage's (funcbwd.eager)
+    if forward_ad_missing(error):
         return True
     text = str(error)
     return isinstance(error, RuntimeError) and any(m in text for m in _FIXABLE)

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import torch
 
-from funcbwd import internals, scope
+from funcbwd import eager, internals, scope
 from funcbwd.cache import LRU
 from funcbwd.errors import (FuncbwdError, InplaceModeError, LoopInstead, NeedsMode,
                             StateWriteError, first_line, fixable, user_line_of)
@@ -172,7 +172,7 @@ def _attempts(func: Any, c: Call, key: tuple, rng: dict, journal: Journal) -> An
             raise
         plain = e
     failures = []
-    for stage in STAGES if isinstance(c, Call) else STAGES[:-1]:
+    for stage in STAGES if isinstance(c, Call) else eager.ordered(STAGES[:-1]):
         _start_over(rng, journal)
         try:
             with scope.entered(retrying=True):
@@ -383,7 +383,8 @@ def _loop_stage(func: Any, c: Call, journal: Journal) -> Any:
             journal.restore()
         sample = [a.select(d, i) if d is not None else a for a, d in zip(flat, dims)]
         args = internals.unflatten(sample, spec)
-        with scope.entered(retrying=False, samples=frozenset()):  # a vmap inside retries itself
+        # a vmap inside retries itself; an eager stage inside knows it runs in a loop entry
+        with scope.entered(retrying=False, samples=frozenset()), eager.loop_entry(not c.samples):
             if i == 0 or discard or journal:
                 with InplaceMode(watch=True, journal=journal):
                     outs.append(func(*args, **c.kwargs))
@@ -414,7 +415,7 @@ STAGES = (
     Stage("functionalized", _functionalized_stage, "the function as funcbwd.functionalized"),
     Stage("per-sample loop", _loop_stage, "once per batch entry (slow, exact)"),
 )
-STAGES_BY_NAME = {s.name: s for s in STAGES}
+STAGES_BY_NAME = {s.name: s for s in (*STAGES, eager.STAGE)}
 
 
 def refuse_unknown_policy(state_writes: str) -> None:

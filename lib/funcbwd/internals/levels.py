@@ -238,7 +238,7 @@ def torch_transform_internal(func) -> bool:
     """True for a function torch's own transforms vmap over basis vectors (``jacrev``'s
     ``vjp_fn``, ``jacfwd``'s ``push_jvp``): its batch entries are not samples."""
     module = getattr(getattr(func, "func", func), "__module__", "") or ""
-    return module.startswith("torch._functorch")
+    return module.startswith("torch._functorch") or getattr(func, "funcbwd_basis", False)
 
 
 def original_vmap_impl():
