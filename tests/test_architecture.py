@@ -26,7 +26,7 @@ LAYERS = [
     {"funcbwd.journal", "funcbwd.masks", "funcbwd.replay", "funcbwd.guards"},
     {"funcbwd.rules"},
     {"funcbwd.inplace", "funcbwd.audit"},
-    {"funcbwd.functions", "funcbwd.dense_masks"},
+    {"funcbwd.functions", "funcbwd.dense_masks", "funcbwd.eager"},
     {"funcbwd.decorator"},
     {"funcbwd.ladder"},
     {"funcbwd.transforms"},

@@ -75,3 +75,48 @@ def test_discard_gives_back_running_statistics_the_per_sample_loop_wrote():
     torch.testing.assert_close(got, want)
     for k, v in net.state_dict().items():
         assert torch.equal(v, before[k]), k
+
+
+# ------------------------------------------------------------------------------ computed attributes
+class _Positive(torch.nn.Module):
+    """gpytorch's pattern: a property computed from a raw parameter (a new tensor per read) whose
+    setter writes the raw parameter in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raw = torch.nn.Parameter(torch.zeros(()))
+
+    @property
+    def value(self) -> torch.Tensor:
+        return self.raw.exp()
+
+    @value.setter
+    def value(self, v: torch.Tensor) -> None:
+        self.raw.data.copy_(v.log())
+
+
+_positive = _Positive()
+
+
+def _scaled_by_a_property(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    same = torch.equal(x, y)  # no batching rule: the per-sample loop answers
+    out = torch.zeros(2)
+    out[0] = (x * _positive.value).sum() + float(same)
+    return out
+
+
+def test_a_computed_attribute_is_not_put_back():
+    """Found on gpytorch's kernels under vmap(vjp): the decorator (the mode's functionalized
+    stage) put a module's computed ``lengthscale`` "back" through its setter, an in-place write the
+    mode refused. Mutation: without guards._computed, the call is refused."""
+    import warnings
+
+    xs, y = torch.randn(3, 4), torch.randn(4)
+    want = torch.stack([_scaled_by_a_property(x, y) for x in xs])
+    decorated = funcbwd.functionalized(_scaled_by_a_property)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with funcbwd.allow_inplace():
+            got = torch.func.vmap(decorated, in_dims=(0, None))(xs, y)
+    torch.testing.assert_close(got, want)
+    assert _positive.raw.item() == 0.0

@@ -267,8 +267,20 @@ def trace_tensors_stored(fn: Any, args: tuple) -> list:
 
 
 def changed(fn: Any, args: tuple, pre: dict) -> dict:
-    """The reachable tensors now at a path that held another object (or none) in ``pre``."""
-    return {p: t for p, t in reachable(fn, args).items() if pre.get(p, GONE) is not t}
+    """The reachable tensors now at a path that held another object (or none) in ``pre``; a
+    computed attribute (a property of the object's class: gpytorch's ``kernel.lengthscale``,
+    a new tensor per read) is no store of the call's, and putting it back would run its setter."""
+    return {p: t for p, t in reachable(fn, args).items()
+            if pre.get(p, GONE) is not t and not _computed(fn, args, p)}
+
+
+def _computed(fn: Any, args: tuple, path: tuple) -> bool:
+    kind, key = path[-1]
+    if kind != "attr" or len(path) < 2:
+        return False
+    descriptor = getattr(type(resolve(fn, args, path[:-1])), key, None)
+    return hasattr(descriptor, "__get__") and (hasattr(descriptor, "__set__")
+                                               or hasattr(descriptor, "__delete__"))
 
 
 def put_back(fn: Any, args: tuple, pre: dict) -> None:
