@@ -446,5 +446,9 @@ def ordered(stages: tuple) -> tuple:
     outermost (eager autograd's answer is the transform's there, by definition; the other stages
     may answer the call yet hand back a ``vjp_fn`` that fails later, under jacrev's vmap: a
     converted old-style Function whose backward calls ``torch.autograd.grad``, zuko's
-    ``GaussLegendre``), last otherwise (it then says why it cannot apply)."""
-    return (STAGE, *stages) if not internals.stack_depth() else (*stages, STAGE)
+    ``GaussLegendre``), last otherwise (it then says why it cannot apply), and last in an entry
+    of a loop over basis vectors (jacfwd's ``push_jvp`` once per basis vector): there the other
+    stages keep the caller's state as one call's, where an eager run first left a module's queue
+    written once per basis vector (a wrong state, tests/test_tool_contract_mode.py's ring)."""
+    first = not internals.stack_depth() and _LOOP_ENTRY.get() != "basis"
+    return (STAGE, *stages) if first else (*stages, STAGE)
