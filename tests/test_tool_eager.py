@@ -259,3 +259,23 @@ def test_forward_ad_message_still_recognized():
         torch.func.jacfwd(grid_sampled)(x)
     assert forward_ad_missing(info.value)
     assert not forward_ad_missing(RuntimeError("shape mismatch"))
+
+
+def test_no_eager_answer_under_inference_mode():
+    """Found by the generated programs (a captured buffer written under jacrev, called inside
+    torch.inference_mode()): the eager stage answered with what autograd records there, nothing,
+    a wrong Jacobian. Now it does not apply there and the other stages decide (plain torch.func
+    raises too). Mutation: without the check, the Jacobian is returned and differs."""
+    buf = torch.zeros(4)
+
+    def f(x):
+        buf.mul_(0.5).add_(x.sin())
+        return x * 2.0
+
+    x = torch.randn(4)
+    with torch.inference_mode():
+        try:
+            got = funcbwd.jacrev(f)(x)
+        except Exception:  # noqa: BLE001 - a refusal keeps the contract
+            return
+    torch.testing.assert_close(got, torch.eye(4) * 2.0)

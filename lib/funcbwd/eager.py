@@ -61,6 +61,9 @@ def eager_stage(func: Any, c: Any, journal: Any) -> Any:
     if internals.stack_depth():
         raise NotOutermost(f"{NAME} needs the call outermost; it runs under "
                            f"{internals.format_stack()}")
+    if torch.is_inference_mode_enabled():  # autograd records nothing there: no eager answer
+        raise NotOutermost(f"{NAME} cannot run under torch.inference_mode() (autograd records "
+                           "nothing there)")
     # the grad transforms the function calls (hessian's inner jacrev) run outermost too: eager
     # autograd's answer is theirs, and torch's may fail only later (its vjp_fn under jacrev's
     # vmap: torchdiffeq's custom Function's output view written); a vmap they call pushes a
