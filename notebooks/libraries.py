@@ -81,7 +81,7 @@ LIBRARY = "torchdiffeq"
 for r in rows(data):
     if r["library"] == LIBRARY:
         print(f"{r['case'][:44]:44s} {r['transform']:15s} {r['verdict']:12s} "
-              f"{(r['detail'] or '')[:60]}")
+              f"{(r['detail'] or '')[:26]}")
 
 # %% [markdown]
 # ## What it costs

@@ -100,11 +100,14 @@ if not why:
 # success*: the entry is retired). The controls must stay expected failures with every kernel.
 
 # %%
+from funcbwd_lab.tables import fit
+
 saved = upstream.load(os.path.join("..", "data"))
 for r in saved["rows"]:
-    print(f"{r['pr']:<26} {r['method']:<62} {r['without']['outcome']} -> {r['with']['outcome']}")
-print(f"retired: {saved['retired']} of {saved['entries']} entries on torch {saved['torch']}; "
-      f"files: {', '.join(k + (' (excerpt)' if v['excerpt'] else '') for k, v in saved['files'].items())}")
+    print(f"{r['pr']:<26} {r['method']}")
+    print(f"{'':<26} {r['without']['outcome']} -> {r['with']['outcome']}")
+print(fit(f"retired: {saved['retired']} of {saved['entries']} entries on torch {saved['torch']}; "
+          f"files: {', '.join(k + (' (excerpt)' if v['excerpt'] else '') for k, v in saved['files'].items())}"))
 
 # %% [markdown]
 # The diffs themselves: `docs/prs/*.diff` (with a README each). The decompositions' change to

@@ -117,37 +117,53 @@ one line where the library is absent) and with a small program of our own that n
 as expected outcomes with reasons (functorch's `test_ops.py` style): when the tool learns to
 handle one, its entry becomes an unexpected success and the table is updated.
 
+Each class as the study first found it (issue 38), and what the tool does now:
+
 1. **BatchNorm per-sample gradients** (torchvision `resnet18`, `mobilenet_v3_small`, timm
-   `resnet10t`, `test_efficientnet` in train mode): `vmap(grad(loss))` over `functional_call`
-   fails with and without the mode ("Batch norm got a batched tensor as input while the
-   running_mean or running_var ... were not batched"). Reproducer: `nn.Sequential(nn.Conv2d(3, 4,
-   3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(...))` in train mode, the tutorial's
-   `vmap(grad(compute_loss), in_dims=(None, None, 0, 0))`.
+   `resnet10t`, `test_efficientnet` in train mode; the tutorial's `vmap(grad(compute_loss),
+   in_dims=(None, None, 0, 0))` over `functional_call`): torch fails ("Batch norm got a batched
+   tensor as input while the running_mean or running_var ... were not batched"). Every sample
+   updates the running statistics, which no batched run reproduces: refused by default (the
+   contract); with `state_writes="discard"` each sample is normalized by its own statistics, the
+   running statistics are given back as they were, and the per-sample gradients equal the loop's
+   (float64, to roundoff), with no model edit. Reproducer: `nn.Sequential(nn.Conv2d(3, 4, 3),
+   nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(...))` in train mode.
 2. **A captured buffer written under a grad transform with no vmap around the forward**
-   (pyro's `BatchNorm` inverse, nflows' `BatchNorm`, timm's `EvoNorm2dB0`): "During a grad
-   transform ... would mutate a captured Tensor", plain and under the mode. Reproducer: a module
-   whose forward does `with torch.no_grad(): self.running.mul_(0.9).add_(0.1 * x.mean())`, under
-   `jacrev`. Under `vmap` the same write is borrowed and restored by the mode: its outputs are
-   right, the caller's buffer is left as it was, where the per-sample loop would have updated it
-   B times (counted as wrong: the contract of issue 37 refuses this by default).
-3. **Old-style `autograd.Function` with no vmap** (e3nn's `soft_unit_step` and
-   `soft_one_hot_linspace(cutoff=True)`, entmax, torchdiffeq's adaptive solvers, zuko's `CNF`
-   and `SOSPF`): bare `jacrev`, `jacfwd`, `hessian` fail with "must override the setup_context
-   staticmethod"; the mode converts such classes only inside a vmap. Reproducer: a class with
-   `forward(ctx, x)` under `torch.func.jacrev`.
-4. **Adaptive solvers under vmap(vjp) and vmap(jacrev)** (torchdiffeq `dopri5`, `bosh3`,
-   `dopri8`): the mode fixes `vmap` but the grad transforms inside vmap fail with "vmap: inplace
-   arithmetic".
-5. **Errors the mode does not retry**: `aten::equal` (gpytorch kernels compare `x1` and `x2`
-   with `torch.equal`), `aten::_assert_async.msg` (kornia's `equalize_clahe`), `.data` under vmap
-   (pyro's `safe_normalize`), `aten::allclose` (e3nn's `matrix_to_angles`), `op(..., out=t)`
-   (e3nn's `nn.BatchNorm`: "Batching rule not implemented for aten::cat.out"), and a write into
-   a tensor an op returned in a tuple (`torch.topk(x, k).values /= s`).
-6. **`torch.autograd` inside the call** (zuko's `NAF`, `BPF`, `GF`: their log-determinant is
-   computed with `torch.autograd.grad` / `requires_grad_()` inside `log_prob`): torch.func
-   refuses; not an in-place failure.
-7. **No forward-mode formula** (`grid_sampler_2d`: torchvision's and kornia's `rotate`/`affine`
-   under `jacfwd` and `hessian`): torch's own gap, not an in-place failure; counted as failing.
+   (pyro's `BatchNorm` inverse, nflows' `BatchNorm`, timm's `EvoNorm2dB0`: "During a grad
+   transform ... would mutate a captured Tensor"): the mode lifts the buffer for the call and its
+   value lands, as eager's. Under `vmap` the same write happens once per sample: refused by
+   default, like class 1.
+3. **Old-style `autograd.Function` with no vmap** (e3nn's `soft_unit_step`, entmax, torchdiffeq,
+   zuko's `CNF`, gpytorch's kernels; "must override the setup_context staticmethod"): converted
+   under every transform; where forward mode is asked of one whose backward is
+   `once_differentiable`, the grad transforms' eager stage computes J·v by reverse mode.
+4. **Adaptive solvers** (torchdiffeq `dopri5`, `bosh3`, `dopri8`, `adaptive_heun`) under
+   `vmap(vjp)`, `vmap(jacrev)` and `hessian`: answered (hessian by the eager stage); where
+   torch's forward mode differentiates through the step size chosen under `no_grad` (`jacfwd`,
+   and `hessian` of `bosh3` and `adaptive_heun`), the answer differs from the loop's as torch's
+   own does: counted `inherited`, never fixed.
+5. **Errors the mode did not retry**: `aten::equal` (gpytorch), `aten::_assert_async.msg`
+   (kornia's `equalize_clahe`), `.data` under vmap (pyro's `safe_normalize`), `aten::allclose`
+   (e3nn), `op(..., out=t)` (e3nn's `nn.BatchNorm`), a write into a tensor an op returned in a
+   tuple (`torch.topk(x, k).values /= s`): retried (the in-place rules, or the per-sample loop).
+6. **`torch.autograd` inside the call** (zuko's `NAF`, `BPF`, `GF`: `torch.autograd.grad` /
+   `requires_grad_()` inside `log_prob`; torch.func refuses) and **no forward-mode formula**
+   (`grid_sampler_2d` in torchvision's and kornia's `rotate`/`affine`, `_cdist_forward` in
+   gpytorch's `PeriodicKernel`): where the grad transform is outermost, the mode computes it with
+   eager autograd (`funcbwd.eager`: eager's answer is the loop's by definition); under a vmap,
+   the per-sample loop runs the transform once per sample, where that applies.
+7. **Left**: Opacus's grad sampler over `Hardswish(inplace=True)` (eager autograd's own error:
+   an in-place write into the output of Opacus's backward hook, no transform involved),
+   nflows' `ActNorm` (`p.data = ` a value a transform tracks: torch would crash the process;
+   refused), pyro's `safe_normalize` under `vmap(vjp)`/`vmap(jacrev)` and transformers' `RwkvModel`
+   under `vmap` (a per-sample write into a tensor the caller owns: refused by default).
+
+Found on these libraries and fixed in the tool, each with a program of our own in
+`tests/test_tool_found_on_libraries.py`: what worked for one bound method was reused for another
+object's (two pyro distributions' `log_prob`: a wrong answer that depended on which case ran
+before); `state_writes="discard"` left running statistics a per-sample loop had written
+(mobilenet); the decorator put a computed attribute "back" through its setter (gpytorch's
+`lengthscale`).
 
 ## What it costs
 
