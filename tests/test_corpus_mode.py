@@ -179,3 +179,13 @@ def test_first_call_block_is_rendered_from_the_saved_run_and_says_missed_when_mi
     slow = json.loads(json.dumps(data))  # mutation: the large first call 3x the small one
     slow.update(met=False, ratio={"cpu": 3.0, "wall": 3.0})
     assert "**missed**" in first_call.markdown(slow) and "**3.00x**" in first_call.markdown(slow)
+
+
+def test_a_tangent_keeps_its_primals_dtype():
+    """vector_quantize under jacfwd and hessian: torch 2.13's jvp of ``F.mse_loss(c, x)`` in
+    ``x`` (the target) returns a float64 tangent of a float32 output, so the mode's Jacobian was
+    float64 where the loop's is float32 (a wrong answer). Mutation: without
+    funcbwd.transforms._tangents_as_primals, both cells are wrong."""
+    cells = corpus_run.run(["vector_quantize:VectorQuantize"], ["mode"])
+    got = {c["transform"]: c["verdict"] for c in cells if c["transform"] in ("jacfwd", "hessian")}
+    assert got == {"jacfwd": "ok", "hessian": "ok"}, got

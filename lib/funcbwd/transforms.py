@@ -60,9 +60,26 @@ def _routed_vmap(original: Callable[..., Any]) -> Callable[..., Any]:
 def _routed_grad(original: Callable[..., Any], name: str) -> Callable[..., Any]:
     def impl(func, *args, **kwargs):
         c = ladder.TransformCall(lambda f: original(f, *args, **kwargs), args, kwargs, name)
-        return ladder.call(func, c)
+        out = ladder.call(func, c)
+        return _tangents_as_primals(out) if name == "_jvp_with_argnums" else out
 
     return impl
+
+
+def _tangents_as_primals(out: Any) -> Any:
+    """``(primals_out, tangents_out[, aux])`` with each floating tangent in its primal's dtype, as
+    eager forward AD keeps it (a dual's tangent has its primal's dtype). torch 2.13's jvp of
+    ``F.mse_loss(c, x)`` in ``x`` (the target) returns a float64 tangent of a float32 output
+    (the corpus's vector_quantize under jacfwd and hessian; docs/your-code.md)."""
+    primals, tangents, *rest = out
+    flat_p, spec = internals.flatten(primals)
+    flat_t, spec_t = internals.flatten(tangents)
+    if spec != spec_t:
+        return out
+    fixed = [t.to(p.dtype) if isinstance(t, torch.Tensor) and isinstance(p, torch.Tensor)
+             and t.dtype != p.dtype and t.is_floating_point() and p.is_floating_point() else t
+             for p, t in zip(flat_p, flat_t)]
+    return (primals, internals.unflatten(fixed, spec_t), *rest)
 
 
 @contextlib.contextmanager

@@ -407,6 +407,7 @@ from funcbwd.internals.levels import (  # noqa: E402,F401
     vmap_impl_replaced,
     vmap_levels,
     vmap_inputs,
+    flatten,
     unflatten,
     stack_outputs,
     wrapper_levels,

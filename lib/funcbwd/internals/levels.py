@@ -305,6 +305,12 @@ def vmap_inputs(in_dims, args: tuple, func) -> tuple[int, list, list, object]:
     return _process_batched_inputs(in_dims, args, func)
 
 
+def flatten(tree) -> tuple[list, object]:
+    """(leaves, spec) of a nest of tuples, lists and dicts (torch's pytree)."""
+    from torch.utils._pytree import tree_flatten
+    return tree_flatten(tree)
+
+
 def unflatten(leaves: list, spec):
     from torch.utils._pytree import tree_unflatten
     return tree_unflatten(leaves, spec)
