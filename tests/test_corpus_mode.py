@@ -23,11 +23,17 @@ DATA = ROOT / "data" / "yourcode-corpus.json"
 #: case -> (transforms where the mode fails, why): the mode's expected failures
 MODE_FAILS: dict[str, tuple[tuple[str, ...], str]] = {
     "vector_quantize:VectorQuantize": (
-        TRANSFORMS,
-        "the codebook's moving average is written into module buffers (through `.data`): "
-        "refused batched, and a per-sample loop would let each entry see the others' updates"),
+        ("vmap", "vmap_vmap"),
+        "the codebook's moving average is written into module buffers (through `.data`) once per "
+        "sample: refused by default (the contract); under the grad transforms it lands as eager's"),
     "vqvae2:Quantize.forward": (
-        TRANSFORMS, "the codebook is written into module buffers, as vector_quantize"),
+        ("vmap", "vmap_vmap"), "the codebook is written into module buffers, as vector_quantize"),
+    "e3nn:BatchNorm": (
+        ("vmap", "vmap_vjp", "vmap_jacrev", "vmap_vmap"),
+        "running statistics written once per sample: refused by default (the contract)"),
+    "llama:Attention.forward-kv_cache": (
+        ("vmap", "vmap_vjp", "vmap_jacrev", "vmap_vmap"),
+        "each sample's keys and values written into the caller's cache: refused by default"),
 }
 
 

@@ -112,7 +112,7 @@ def summary_markdown(data: dict, cost: dict | None = None) -> str:
     refused = mode.get("refused", [])
     refused_text = (f"{len(refused)} cells are refused by the tool's contract (a write into the "
                     "caller's state that every batch entry shares: "
-                    "[docs/contract.md](docs/contract.md)), never counted as fixed; "
+                    "[docs/contract.md](docs/contract.md)), never counted as fixed. "
                     if refused else "")
     return "\n".join(wrap(
         f"On {len(data['cases'])} cases of in-place code from {len(libraries)} public libraries "
@@ -121,7 +121,8 @@ def summary_markdown(data: dict, cost: dict | None = None) -> str:
         f"torch.func fails (target {FIX_TARGET:.0%}: {status}, {share:.0%}; {looped} of them only "
         "by running the function once per batch entry, warned), breaks "
         f"{len(mode['regressions']) or 'none'} of the {s['plain_ok']} that work and gives "
-        f"{len(mode['wrong']) or 'no'} wrong answer{'s' if len(mode['wrong']) != 1 else ''}; "
+        f"{len(mode['wrong']) or 'no'} wrong answer{'s' if len(mode['wrong']) != 1 else ''}"
+        + ("; " if refused else ". ")
         + refused_text
         + (_cost_sentence(cost) if cost else "")
         + "Where it still fails and why: [docs/your-code.md](docs/your-code.md), with "

@@ -153,10 +153,11 @@ Each class as the study first found it (issue 38), and what the tool does now:
    eager autograd (`funcbwd.eager`: eager's answer is the loop's by definition); under a vmap,
    the per-sample loop runs the transform once per sample, where that applies.
 7. **Left**: Opacus's grad sampler over `Hardswish(inplace=True)` (eager autograd's own error:
-   an in-place write into the output of Opacus's backward hook, no transform involved),
-   nflows' `ActNorm` (`p.data = ` a value a transform tracks: torch would crash the process;
-   refused), pyro's `safe_normalize` under `vmap(vjp)`/`vmap(jacrev)` and transformers' `RwkvModel`
-   under `vmap` (a per-sample write into a tensor the caller owns: refused by default).
+   an in-place write into the output of Opacus's backward hook, no transform involved), pyro's
+   `safe_normalize` under `vmap(vjp)`/`vmap(jacrev)` and transformers' `RwkvModel` under `vmap`
+   (a per-sample write into a tensor the caller owns: refused by default). nflows' `ActNorm`
+   (`p.data = ` a value a transform tracks, which crashes plain torch.func) is answered by the
+   eager stage where the transform is outermost.
 
 Found on these libraries and fixed in the tool, each with a program of our own in
 `tests/test_tool_found_on_libraries.py`: what worked for one bound method was reused for another
