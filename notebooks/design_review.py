@@ -331,7 +331,8 @@ from funcbwd_lab.views import markup
 rfc_text = rfc.document(rfc.load(DATA))
 assert rfc_text == open(os.path.join("..", "docs", "rfc.md")).read(), \
     "docs/rfc.md is stale: python -m funcbwd_lab rfc --out docs/rfc.md --force"
-costs = markup.section(rfc_text, "## What it costs", keep_heading=False)
+display.markdown(markup.section(rfc_text, "## The decision on C++ numbers", keep_heading=True))
+costs = markup.section(rfc_text, "## What it costs (Python)", keep_heading=False)
 head, _, figures = costs.partition("\n### ")  # the headline, then one part per candidate
 shown = head + "\n" + markup.collapsed("Every figure: its basis, assumptions and falsifier", "### " + figures)
 display.markdown(markup.resolve_links(shown, rfc_text, document="docs/rfc.md", here="notebooks"))

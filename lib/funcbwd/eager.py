@@ -21,8 +21,7 @@ stack_depth` 0): there a grad transform's answer *is* eager autograd's.
 
 Under a vmap (``vmap(jacrev(f))``, jacfwd's vmap over basis vectors) the stage does not apply;
 the vmap's own per-sample loop stage then runs the transform once per entry, outermost, where it
-does. The inputs are made differentiable as ``torch.autograd.functional`` makes them (a view of
-an input that requires grad, a detached leaf otherwise), so the answer is the per-sample loop's.
+does. Inputs are made differentiable as ``torch.autograd.functional`` makes them.
 """
 
 from __future__ import annotations
@@ -33,11 +32,10 @@ import dataclasses
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
-
 from funcbwd import internals, scope
 from funcbwd.errors import user_line
 
+tree_flatten, tree_unflatten = internals.flatten, internals.unflatten
 __all__ = ["STAGE", "NotOutermost", "StepsAside", "eager_stage", "loop_entry", "ordered"]
 
 NAME = "eager autograd"
@@ -62,8 +60,7 @@ def eager_stage(func: Any, c: Any, journal: Any) -> Any:
         raise NotOutermost(f"{NAME} needs the call outermost; it runs under "
                            f"{internals.format_stack()}")
     if torch.is_inference_mode_enabled():  # autograd records nothing there: no eager answer
-        raise NotOutermost(f"{NAME} cannot run under torch.inference_mode() (autograd records "
-                           "nothing there)")
+        raise NotOutermost(f"{NAME} cannot run under torch.inference_mode()")
     # the grad transforms the function calls (hessian's inner jacrev) run outermost too: eager
     # autograd's answer is theirs, and torch's may fail only later (its vjp_fn under jacrev's
     # vmap: torchdiffeq's custom Function's output view written); a vmap they call pushes a
@@ -445,13 +442,9 @@ STAGE = _Stage(NAME, eager_stage, "the grad transform with eager torch.autograd 
 
 
 def ordered(stages: tuple) -> tuple:
-    """The stages for a grad transform's call, :data:`STAGE` among them: first where the call is
-    outermost (eager autograd's answer is the transform's there, by definition; the other stages
-    may answer the call yet hand back a ``vjp_fn`` that fails later, under jacrev's vmap: a
-    converted old-style Function whose backward calls ``torch.autograd.grad``, zuko's
-    ``GaussLegendre``), last otherwise (it then says why it cannot apply), and last in an entry
-    of a loop over basis vectors (jacfwd's ``push_jvp`` once per basis vector): there the other
-    stages keep the caller's state as one call's, where an eager run first left a module's queue
-    written once per basis vector (a wrong state, tests/test_tool_contract_mode.py's ring)."""
+    """The stages for a grad transform's call: :data:`STAGE` first where the call is outermost
+    (the other stages may answer yet hand back a ``vjp_fn`` that fails later under jacrev's vmap:
+    zuko's ``GaussLegendre``), last otherwise and in an entry of a loop over basis vectors (an
+    eager run there wrote a module's queue once per basis vector: tests/test_tool_contract_mode)."""
     first = not internals.stack_depth() and _LOOP_ENTRY.get() != "basis"
     return (STAGE, *stages) if first else (*stages, STAGE)

@@ -78,7 +78,7 @@ CASES: tuple[Case, ...] = (
     Case("runner.run(..., strategy)", "unknown strategy",
          lambda: runner.run("diag", "jacrev", "fast"), expect="valid strategies, by group:"),
     Case("runner.run(..., strategy)", "misspelt strategy",
-         lambda: runner.run("diag", "jacrev", "trcaed"), expect="did you mean traced?"),
+         lambda: runner.run("diag", "jacrev", "trcaed"), expect="did you mean traced"),
     Case("runner.run(..., sample=)", "unknown sample name",
          lambda: runner.run("diag", "jacrev", "plain", "4x4"), expect="valid samples of diag:"),
     Case("runner.run(..., sample=Sample)", "wrong shape (3-D input to diag)",
