@@ -95,10 +95,15 @@ Markdown(blocks["bench"])
 # ## Every case
 #
 # The call as users write it, its verdict per transform, and the file of the library's tests or
-# docs that calls it so.
+# docs that calls it so: 197 rows of 12 columns, wider than a notebook's column, so the table lives
+# in [docs/libraries.md](../docs/libraries.md#every-case) (rendered from the same data). Here, the
+# cases of one verdict at a time (change `VERDICT`):
 
 # %%
-Markdown(blocks["cases"])
+VERDICT = "refused"
+for r in rows(data):
+    if r["verdict"] == VERDICT:
+        print(f"{r['case'][:60]:60s} {r['transform']:15s} {r['library']}")
 
 # %%
 summary = summarize(data)
